@@ -1,0 +1,150 @@
+"""The `rubricrl` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .loading import RubricError, criterion_summary, load_rubric
+from .summary import RunSummary
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Rubric rewards for RL of language models: lint rubrics, judge, score.")
+rubrics_app = typer.Typer(no_args_is_help=True, help="Check rubric files.")
+app.add_typer(rubrics_app, name="rubrics")
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@rubrics_app.command("lint")
+def lint(files: Annotated[list[Path], typer.Argument(help="Rubric YAML/JSON files, or JSONL datasets with per-row rubrics.")]):
+    """Validate rubrics; every problem is printed with file, line, field and the fix."""
+    from .rows import InvalidRow, read_rows
+
+    problems = 0
+    for path in files:
+        if not path.exists():
+            err.print(f"{path}: file not found", highlight=False)
+            problems += 1
+            continue
+        if path.suffix == ".jsonl":
+            rows = bad = with_rubric = 0
+            for row in read_rows(path):
+                rows += 1
+                if isinstance(row, InvalidRow):
+                    bad += 1
+                    err.print(str(row.problem), highlight=False, soft_wrap=True)
+                elif row.rubric is not None:
+                    with_rubric += 1
+            problems += bad
+            if not bad:
+                console.print(f"[green]ok[/] {path}: {rows} rows, {with_rubric} with their own rubric")
+            continue
+        try:
+            rubric = load_rubric(path)
+        except RubricError as exc:
+            problems += len(exc.problems)
+            for problem in exc.problems:
+                err.print(str(problem), highlight=False, soft_wrap=True)
+            continue
+        console.print(f"[green]ok[/] {path}: {len(rubric.criteria)} criteria, positive weight "
+                      f"{rubric.positive_weight:g}, hash {rubric.content_hash()[:12]}", highlight=False)
+        for c in rubric.criteria:
+            console.print(f"  - {criterion_summary(c)}", highlight=False)
+    if problems:
+        fail(f"{problems} problem(s) found", code=1)
+
+
+@app.command()
+def score(
+    data: Annotated[Path, typer.Option(help="JSONL rows: prompt (or messages), response, optional rubric.")],
+    out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume).")],
+    rubric: Annotated[Optional[Path], typer.Option(help="Rubric file for rows without their own rubric.")] = None,
+    judge: Annotated[str, typer.Option(help="`rules`, `local` (embedded SmolLM2-135M) or `local:MODEL`.")] = "local",
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
+    cache_path: Annotated[Optional[Path], typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
+    threshold: Annotated[float, typer.Option(help="P(yes) at or above which a model verdict is `met`.")] = 0.5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Rows judged together (shared-prefix batching).")] = 16,
+    summary_json: Annotated[Optional[Path], typer.Option(help="Where to write the summary (default: OUT with .summary.json).")] = None,
+):
+    """Judge every row against its rubric and write verdicts, scores and a summary."""
+    from .batch_scoring import count_lines, read_results, score_file
+    from .judges import JudgeSpecError, make_judge
+    from .models import ModelNotFoundError
+    from .summary import summarize
+
+    if not data.is_file():
+        fail(f"--data {data}: file not found")
+    shared = None
+    if rubric is not None:
+        try:
+            shared = load_rubric(rubric)
+        except RubricError as exc:
+            fail(f"--rubric is not valid:\n{exc}")
+    try:
+        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold)
+    except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
+        fail(f"--judge {judge}: {exc}")
+    total = count_lines(data)
+    columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task("rows", total=total)
+            result = score_file(data, out, the_judge, shared, batch_size=batch_size,
+                                on_rows=lambda n: progress.advance(task, n))
+    except ValueError as exc:
+        fail(str(exc))
+    summary = summarize(read_results(out))
+    target = summary_json or out.with_name(out.stem + ".summary.json")
+    target.write_text(json.dumps(summary.to_dict(), indent=2))
+    print_summary(summary)
+    model = getattr(the_judge, "model_judge", None)
+    if model is not None:
+        hits = getattr(model, "hits", None)
+        console.print(f"judge {model.judge_id}: {model.stats.model_calls} model calls, {model.stats.tokens} tokens"
+                      + (f", cache hits {hits}, misses {model.misses}" if hits is not None else ""), highlight=False)
+    console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
+                  f"summary in {target}", highlight=False)
+
+
+def print_summary(s: RunSummary) -> None:
+    head = Table(title="rubricrl score", show_header=False)
+    head.add_row("rows", f"{s.rows} ({s.scored} scored, {s.unscored} unscored, {s.invalid} invalid)")
+    if s.score:
+        head.add_row("score (mean, clipped)", f"{s.score.mean:.3f}  95% CI [{s.score.ci_low:.3f}, "
+                     f"{s.score.ci_high:.3f}]  bootstrap std {s.score.std:.3f}  n={s.score.n}")
+    else:
+        head.add_row("score", "no row could be scored")
+    if s.mean_coverage is not None:
+        head.add_row("coverage", f"{s.mean_coverage:.1%} of criteria decided (met/unmet)")
+    head.add_row("hard-rule gated rows", str(s.gated_rows))
+    reasons = ", ".join(f"{k} x{v}" for k, v in s.error_reasons.items())
+    head.add_row("judge errors", f"{s.errors} of {s.verdicts} verdicts" + (f" ({reasons})" if reasons else ""))
+    console.print(head)
+    if s.criteria:
+        table = Table(title="per criterion")
+        for col in ("criterion", "pass rate", "met", "unmet", "error", "skipped"):
+            table.add_column(col, justify="left" if col == "criterion" else "right")
+        for cid, c in list(s.criteria.items())[:40]:
+            rate = f"{c.pass_rate:.1%}" if c.pass_rate is not None else "-"
+            table.add_row(cid, rate, str(c.met), str(c.unmet), str(c.error), str(c.skipped))
+        console.print(table)
+    if s.tags:
+        console.print("per tag: " + ", ".join(f"{t} {v:.3f}" for t, v in s.tags.items()), highlight=False)
+    for problem in s.invalid_examples:
+        err.print(f"[yellow]invalid row[/] {problem}", highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,170 @@
+"""Rubrics as data: weighted criteria, optional declarative checks, a stable content hash.
+
+A rubric never executes code: a check is a small declarative spec (regex, contains, length,
+JSON validity, a required tagged span) evaluated by `rubricrl.checks`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+CRITERION_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$"
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+Number = Annotated[float, Field(strict=True)]
+
+
+class RegexCheck(BaseModel):
+    """Met when `pattern` occurs between `min_count` and `max_count` times (inclusive)."""
+
+    model_config = _STRICT
+    type: Literal["regex"]
+    pattern: str
+    ignore_case: bool = False
+    min_count: int = Field(default=1, ge=0)
+    max_count: int | None = Field(default=None, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RegexCheck:
+        if self.max_count is not None and self.max_count < self.min_count:
+            raise ValueError("max_count must be >= min_count")
+        return self
+
+
+class ContainsCheck(BaseModel):
+    """`contains`: met when any phrase occurs; `not_contains`: met when none occurs."""
+
+    model_config = _STRICT
+    type: Literal["contains", "not_contains"]
+    any_of: tuple[str, ...] = Field(min_length=1)
+    ignore_case: bool = True
+
+
+class LengthCheck(BaseModel):
+    """Met when the response length in `unit` lies within [min, max]."""
+
+    model_config = _STRICT
+    type: Literal["length"]
+    unit: Literal["chars", "words"] = "words"
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> LengthCheck:
+        if self.min is None and self.max is None:
+            raise ValueError("a length check needs `min`, `max` or both")
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+
+class JsonValidCheck(BaseModel):
+    """Met when the whole response parses as JSON."""
+
+    model_config = _STRICT
+    type: Literal["json_valid"]
+
+
+class TaggedSpanCheck(BaseModel):
+    """Met when the response holds exactly one non-empty `<tag>...</tag>` span."""
+
+    model_config = _STRICT
+    type: Literal["tagged_span"]
+    tag: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+Check = Annotated[
+    Union[RegexCheck, ContainsCheck, LengthCheck, JsonValidCheck, TaggedSpanCheck],
+    Field(discriminator="type"),
+]
+
+
+class Criterion(BaseModel):
+    """One weighted item of a rubric. A negative weight is a pitfall: meeting it costs points."""
+
+    model_config = _STRICT
+    id: str = Field(pattern=CRITERION_ID, max_length=128)
+    text: str = Field(min_length=1)
+    weight: Number = 1.0
+    kind: Literal["principle", "hard_rule"] = "principle"
+    tags: tuple[str, ...] = ()
+    check: Check | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("criterion text is blank")
+        return value.strip()
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("weight must be a finite number")
+        return float(value)
+
+    def content_hash(self) -> str:
+        """Hash of everything that decides a verdict (not the weight or tags)."""
+        payload = {"text": self.text, "kind": self.kind,
+                   "check": self.check.model_dump(mode="json") if self.check else None}
+        return _sha256(payload)
+
+
+class Rubric(BaseModel):
+    """A list of criteria with unique ids and at least one positive weight."""
+
+    model_config = _STRICT
+    id: str | None = None
+    description: str = ""
+    criteria: tuple[Criterion, ...] = Field(min_length=1)
+    hard_rule_gate: Number = 0.0
+    _hash: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Rubric:
+        seen: set[str] = set()
+        for index, criterion in enumerate(self.criteria):
+            if criterion.id in seen:
+                raise ValueError(f"duplicate criterion id {criterion.id!r} at criteria[{index}]; ids must be unique")
+            seen.add(criterion.id)
+        if not any(c.weight > 0 for c in self.criteria):
+            raise ValueError("the rubric has no criterion with a positive weight, so no score can be "
+                             "computed; give at least one criterion a weight > 0")
+        return self
+
+    @property
+    def positive_weight(self) -> float:
+        return sum(c.weight for c in self.criteria if c.weight > 0)
+
+    def content_hash(self) -> str:
+        """Stable hash of the rubric's content (order of criteria included)."""
+        if self._hash is None:
+            self._hash = _sha256(self.model_dump(mode="json", exclude={"id", "description"}))
+        return self._hash
+
+    def criterion(self, criterion_id: str) -> Criterion:
+        for c in self.criteria:
+            if c.id == criterion_id:
+                return c
+        raise KeyError(criterion_id)
+
+
+def _sha256(payload: object) -> str:
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,122 @@
+"""Scoring formulas as plain functions: verdicts -> row score -> run score with a bootstrap CI.
+
+Row score (HealthBench points, also the Rubrics-as-Rewards explicit weighted mean when all
+weights are positive): sum of weights of met criteria, negative weights included, divided by
+the sum of positive weights. Unclipped per row; the run score is the mean clipped to [0, 1].
+Criteria whose verdict is `error` or `skipped` are left out of both sums and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .rubric import Criterion, Rubric
+from .verdict import Status, Verdict
+
+
+@dataclass(frozen=True)
+class RowScore:
+    score: float | None  # None when no positive criterion got a met/unmet verdict
+    raw_score: float | None  # before the hard-rule gate
+    gated: bool
+    coverage: float  # share of criteria with a met/unmet verdict
+    n_error: int
+    n_skipped: int
+    tag_scores: dict[str, float] = field(default_factory=dict)
+    failed_hard_rules: tuple[str, ...] = ()
+
+
+def points_score(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -> float | None:
+    """Σ weight of met criteria / Σ positive weight, over criteria with a met/unmet verdict."""
+    achieved = possible = 0.0
+    for c in criteria:
+        v = verdicts.get(c.id)
+        if v is None or not v.decided:
+            continue
+        if c.weight > 0:
+            possible += c.weight
+        if v.status is Status.MET:
+            achieved += c.weight
+    return achieved / possible if possible > 0 else None
+
+
+def failed_hard_rules(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -> list[str]:
+    """Hard rules that failed: a positive one unmet, or a negative (forbidden) one met."""
+    failed = []
+    for c in criteria:
+        v = verdicts.get(c.id)
+        if c.kind != "hard_rule" or v is None or not v.decided:
+            continue
+        if (c.weight >= 0 and v.status is Status.UNMET) or (c.weight < 0 and v.status is Status.MET):
+            failed.append(c.id)
+    return failed
+
+
+def tag_scores(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -> dict[str, float]:
+    """The points formula recomputed over each tag's criteria; tags with no scorable positive
+    criterion are dropped (HealthBench)."""
+    by_tag: dict[str, list[Criterion]] = {}
+    for c in criteria:
+        for tag in c.tags:
+            by_tag.setdefault(tag, []).append(c)
+    out = {}
+    for tag, items in sorted(by_tag.items()):
+        value = points_score(items, verdicts)
+        if value is not None:
+            out[tag] = value
+    return out
+
+
+def score_row(rubric: Rubric, verdicts: Sequence[Verdict] | Mapping[str, Verdict]) -> RowScore:
+    """Everything a row's verdicts say: score with the hard-rule gate, tag scores, coverage, counts."""
+    by_id = verdicts if isinstance(verdicts, Mapping) else {v.criterion_id: v for v in verdicts}
+    statuses = [by_id[c.id].status if c.id in by_id else Status.SKIPPED for c in rubric.criteria]
+    raw = points_score(rubric.criteria, by_id)
+    failed = failed_hard_rules(rubric.criteria, by_id)
+    gated = bool(failed) and raw is not None
+    decided = sum(s in (Status.MET, Status.UNMET) for s in statuses)
+    return RowScore(
+        score=rubric.hard_rule_gate if gated else raw,
+        raw_score=raw,
+        gated=gated,
+        coverage=decided / len(rubric.criteria),
+        n_error=sum(s is Status.ERROR for s in statuses),
+        n_skipped=sum(s is Status.SKIPPED for s in statuses),
+        tag_scores=tag_scores(rubric.criteria, by_id),
+        failed_hard_rules=tuple(failed),
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A run-level mean with its bootstrap std and percentile 95% CI."""
+
+    mean: float
+    std: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+def clipped_mean(scores: Sequence[float]) -> float:
+    """HealthBench run score: mean of unclipped row scores, clipped to [0, 1]."""
+    return float(np.clip(np.mean(scores), 0.0, 1.0))
+
+
+def bootstrap(scores: Sequence[float], *, resamples: int = 1000, seed: int = 0, clip: bool = True,
+              confidence: float = 0.95) -> Estimate:
+    """Bootstrap over rows (seeded). With `clip`, each resample's mean is clipped to [0, 1]."""
+    values = np.asarray([s for s in scores if s is not None], dtype=float)
+    if values.size == 0:
+        raise ValueError("no scored rows to aggregate")
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    point = values.mean()
+    if clip:
+        means, point = np.clip(means, 0.0, 1.0), float(np.clip(point, 0.0, 1.0))
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return Estimate(float(point), float(means.std()), float(low), float(high), int(values.size))
