@@ -18,8 +18,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Rubric rewards for RL of language models: lint rubrics, judge, score.")
 rubrics_app = typer.Typer(no_args_is_help=True, help="Check rubric files.")
 app.add_typer(rubrics_app, name="rubrics")
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> None:

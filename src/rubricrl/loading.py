@@ -78,19 +78,40 @@ def load_rubric(path: str | Path) -> Rubric:
 def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=None) -> Rubric:
     """Build a Rubric from parsed data in any accepted shape; `line_of(loc)` locates a field."""
     shaped, prefix = _normalise(data, source, line)
-    try:
-        return Rubric.model_validate(shaped)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            field = prefix + _format_loc(loc)
-            where = line_of(loc) if line_of else line
-            message = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                message = f"unknown field {str(loc[-1])!r}"
-            problems.append(Problem(source, where, field, message, _FIXES.get(err["type"], "")))
-        raise RubricError(problems) from None
+    errors: list[dict] = []
+    items = shaped.get("criteria") if isinstance(shaped, dict) else None
+    if isinstance(items, list) and items:
+        for i, item in enumerate(items):  # each item on its own, so every bad item is reported
+            try:
+                Criterion.model_validate(item)
+            except ValidationError as exc:
+                errors += [{**e, "loc": ("criteria", i, *e["loc"])} for e in exc.errors()]
+        if errors:
+            errors += _whole_rubric_errors(items)
+    if not errors:
+        try:
+            return Rubric.model_validate(shaped)
+        except ValidationError as exc:
+            errors = exc.errors()
+    problems = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        where = line_of(loc) if line_of else line
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = f"unknown field {str(loc[-1])!r}"
+        problems.append(Problem(source, where, prefix + _format_loc(loc), message, _FIXES.get(err["type"], "")))
+    raise RubricError(problems)
+
+
+def _whole_rubric_errors(items: list) -> list[dict]:
+    """Rubric-level problems visible in raw items even when some items are invalid."""
+    weights = [i.get("weight", 1.0) for i in items if isinstance(i, dict)]
+    numeric = [w for w in weights if isinstance(w, (int, float)) and not isinstance(w, bool)]
+    if len(numeric) == len(weights) and not any(w > 0 for w in numeric):
+        return [{"loc": ("criteria",), "type": "value_error",
+                 "msg": "the rubric has no criterion with a positive weight; give at least one a weight > 0"}]
+    return []
 
 
 def rubric_from_row(row: dict, source: str, line: int) -> Rubric | None:
