@@ -140,8 +140,6 @@ def test_rubric_rejects_duplicates_empty_and_no_positive_weight():
         Rubric(criteria=(Criterion(id="a", text="x", weight=0), Criterion(id="b", text="y", weight=-1)))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Rubric.hard_rule_gate is not checked for finiteness "
-                                       "(Criterion.weight is); a NaN gate makes every gated row score NaN")
 @pytest.mark.parametrize("gate", [math.nan, math.inf])
 def test_rubric_rejects_non_finite_hard_rule_gate(gate):
     with pytest.raises(ValidationError):
@@ -215,7 +213,7 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
     text = "criteria:\n  - id: a\n    text: x\n   weight: 2\n"  # line 4 is mis-indented
     err, path = load_error(tmp_path, text)
     assert str(err).startswith(f"{path}:4:")
-    assert "malformed YAML/JSON" in str(err)
+    assert "malformed YAML" in str(err)
     assert "fix:" in str(err)
 
 
@@ -277,7 +275,7 @@ def test_duplicate_criterion_ids(tmp_path):
     assert str(err).startswith(f"{path}:")
     assert "duplicate criterion id 'a'" in str(err)
     assert "criteria[1]" in str(err)
-    assert "ids must be unique" in str(err)
+    assert "unique id" in str(err)
 
 
 def test_no_positive_weight(tmp_path):
@@ -288,9 +286,6 @@ def test_no_positive_weight(tmp_path):
     assert "weight > 0" in str(err)  # the fix
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rubric-level errors (duplicate id, no positive weight) come from "
-                                       "Rubric._coherent with an empty loc, so the Problem has no field path and "
-                                       "the line of the whole file (1), not of the offending criteria")
 @pytest.mark.parametrize("text, field, line", [
     ("criteria:\n  - id: a\n    text: x\n  - id: a\n    text: y\n", "criteria[1]", 4),
     ("id: r\ncriteria:\n  - id: a\n    text: x\n    weight: 0\n", "criteria", 3),
@@ -308,8 +303,6 @@ def test_nan_and_infinite_weight_rejected(tmp_path, value):
     assert f"{path}:6: criteria[1].weight: weight must be a finite number" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: loading._FIXES has no entry for 'value_error', so a NaN weight "
-                                       "(and every custom-validator error) is reported without a fix")
 def test_nan_weight_error_has_a_fix(tmp_path):
     err, _ = load_error(tmp_path, "criteria:\n  - id: a\n    text: x\n    weight: .nan\n")
     assert "(fix:" in str(err)
@@ -324,9 +317,6 @@ def test_single_bad_criterion_reports_one_problem(tmp_path, criterion):
     assert err.problems[0].line == 4
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: loading._yaml_line walks loc ('criteria', 1, 'weight') from the "
-                                       "root node; for a bare-list rubric file the root is the sequence, so "
-                                       "every error is reported at line 1")
 def test_bare_list_error_names_the_line(tmp_path):
     err, path = load_error(tmp_path, "- id: a\n  text: x\n- id: b\n  text: y\n  weight: high\n")
     assert f"{path}:5: criteria[1].weight:" in str(err)
@@ -337,6 +327,13 @@ def test_several_problems_are_all_reported(tmp_path):
     err, path = load_error(tmp_path, text)
     assert {(p.line, p.field) for p in err.problems} == {(4, "criteria[0].weight"), (7, "criteria[1].bar")}
     assert len(str(err).splitlines()) == 2
+
+
+def test_bad_item_and_no_positive_weight_are_both_reported(tmp_path):
+    text = "criteria:\n  - id: a\n    text: x\n    weight: -1\n  - id: b\n    text: y\n    weight: 0\n    foo: 1\n"
+    err, path = load_error(tmp_path, text)
+    assert f"{path}:8: criteria[1].foo: unknown field 'foo'" in str(err)
+    assert any(p.field == "criteria" and "positive weight" in p.message for p in err.problems)
 
 
 @pytest.mark.parametrize("text, needle", [("", "got empty"), ("42\n", "got int"), ("just words\n", "got str")])
@@ -366,10 +363,6 @@ JSON_AS_YAML_CASES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: load_rubric parses .json files with the YAML 1.1 parser, which is "
-                                       "not a JSON superset: 1e-05 / 1e+16 load as strings, \\ud83d\\ude00 escapes "
-                                       "(json.dumps default for non-BMP text) become lone surrogates, tab "
-                                       "indentation is a syntax error, raw U+007F is rejected, U+0085 is folded")
 @pytest.mark.parametrize("data, dump_kwargs", JSON_AS_YAML_CASES)
 def test_valid_json_files_load_exactly(tmp_path, data, dump_kwargs):
     path = write(tmp_path, "r.json", json.dumps(data, **dump_kwargs))
@@ -445,6 +438,27 @@ def test_row_with_both_rubric_and_rubrics():
         rubric_from_row({"rubric": NATIVE, "rubrics": []}, "s", 1)
 
 
+def test_row_rubric_reference_to_a_file_next_to_the_data(tmp_path):
+    write(tmp_path, "my_rubric.yaml", RUBRIC_YAML)
+    r = rubric_from_row({"rubric": "my_rubric.yaml"}, str(tmp_path / "rows.jsonl"), 1)
+    assert r is not None
+    assert r.content_hash() == load_rubric(tmp_path / "my_rubric.yaml").content_hash()
+
+
+def test_row_rubric_reference_that_does_not_exist(tmp_path):
+    with pytest.raises(RubricError) as info:
+        rubric_from_row({"rubric": "no_such_rubric"}, str(tmp_path / "rows.jsonl"), 6)
+    problem = info.value.problems[0]
+    assert (problem.line, problem.field) == (6, "rubric")
+    assert "'no_such_rubric' is neither a bundled rubric nor a file" in problem.message
+    assert problem.fix
+
+
+def test_row_rubric_reference_too_long_is_an_invalid_row(tmp_path):
+    row = parse_row({"prompt": "p", "response": "r", "rubric": "a" * 300}, str(tmp_path / "rows.jsonl"), 2)
+    assert isinstance(row, InvalidRow) and row.problem.field == "rubric"
+
+
 HEALTHBENCH = [
     {"criterion": "Advises seeing a doctor within 24 hours", "points": 5, "tags": ["axis:accuracy", "level:example"]},
     {"criterion": "Recommends a dangerous dose", "points": -7, "tags": ["axis:safety"]},
@@ -471,7 +485,7 @@ def test_row_healthbench_unknown_item_field():
     items = [{"criterion": "x", "points": 1, "weight": 2}]
     with pytest.raises(RubricError) as info:
         rubric_from_row({"rubrics": items}, "hb.jsonl", 3)
-    assert str(info.value).startswith("hb.jsonl:3: rubrics[0]: unknown field(s) ['weight']")
+    assert str(info.value).startswith("hb.jsonl:3: rubrics[0].weight: unknown field 'weight'")
 
 
 @pytest.mark.parametrize("value", [{"criterion": "x"}, "x", [1]])
@@ -515,10 +529,6 @@ def test_row_rubrics_as_rewards_unknown_key_is_an_error():
         rubric_from_row({"rubric": items}, "rar.jsonl", 2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: loading.rubric_from_data concatenates the shape prefix and the "
-                                       "pydantic loc without a separator ('rubriccriteria[0].weight', "
-                                       "'rubricscriteria[0].weight'); via rubric_from_row a HealthBench error is "
-                                       "reported as 'criteria[0].weight', a field the row does not have")
 @pytest.mark.parametrize("row, prefix", [
     ({"rubric": [{"title": "t", "description": "d", "weight": "high"}]}, "rubric[0]"),
     ({"rubrics": [{"criterion": "c", "points": "high"}]}, "rubrics[0]"),
@@ -597,7 +607,7 @@ def test_read_rows_invalid_rows_name_line_and_field(tmp_path):
     assert "duplicate row id 'a'" in dup.problem.message and dup.id == "line-5"
     assert "got dict" in e.problem.message
     assert "fix:" in str(f.problem)
-    assert "at least one item" in h.problem.message
+    assert "at least one item" in str(h.problem)  # the fix
     assert "must be a JSON object, got list" in lst.problem.message
 
 
@@ -618,16 +628,11 @@ def test_parse_row_rejects_other_completion_lists(completion):
     assert isinstance(row, InvalidRow) and row.problem.field == "completion"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rows._response_text ignores the role, so a completion list holding "
-                                       "one user (not assistant) message is accepted as the response")
 def test_parse_row_rejects_non_assistant_completion_message():
     row = parse_row({"prompt": "p", "completion": [{"role": "user", "content": "x"}]}, "s", 1)
     assert isinstance(row, InvalidRow)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rows.read_rows opens the file with universal newlines, so a bare "
-                                       "CR (legal JSON whitespace) inside a JSONL line splits it into two "
-                                       "malformed rows and shifts the line numbers")
 def test_read_rows_splits_lines_on_newline_only(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"prompt": "p",\r"response": "r"}\n{"prompt": "q", "response": "s"}\n')
@@ -635,8 +640,6 @@ def test_read_rows_splits_lines_on_newline_only(tmp_path):
     assert [(type(r), r.line) for r in rows] == [(ScoringRow, 1), (ScoringRow, 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rows.read_rows catches only ValueError from json.loads; a deeply "
-                                       "nested line raises RecursionError out of read_rows instead of an InvalidRow")
 def test_read_rows_deeply_nested_line_is_invalid(tmp_path):
     path = write_jsonl(tmp_path, ['{"prompt": "p", "response": "r"}', "[" * 100_000])
     rows = list(read_rows(path))

@@ -63,6 +63,8 @@ def _json_valid(response: str) -> CheckResult:
         json.loads(response)
     except ValueError as exc:
         return CheckResult(False, f"not valid JSON: {exc}")
+    except RecursionError:
+        return CheckResult(False, "not accepted as JSON: nested too deeply to parse")
     return CheckResult(True, "valid JSON")
 
 

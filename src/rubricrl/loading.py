@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ _FIXES = {
     "string_pattern_mismatch": "use letters, digits and _ . : - (starting with a letter or digit)",
     "union_tag_invalid": "use one of: regex, contains, not_contains, length, json_valid, tagged_span",
     "literal_error": "use one of the allowed values",
+    "value_error": "correct the value as described",
 }
 
 
@@ -57,27 +59,59 @@ class RubricError(ValueError):
 
 
 def load_rubric(path: str | Path) -> Rubric:
-    """Load a rubric from a YAML or JSON file."""
+    """Load a rubric from a YAML or JSON file (`.json` is read with the JSON parser)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RubricError([Problem(str(path), None, "", f"cannot read file: {exc}")]) from None
+    node = None
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise RubricError([Problem(str(path), exc.lineno, "", f"malformed JSON: {exc.msg}",
+                                   "fix the syntax at that line")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
         reason = getattr(exc, "problem", None) or str(exc)
-        raise RubricError([Problem(str(path), line, "", f"malformed YAML/JSON: {reason}",
+        raise RubricError([Problem(str(path), mark.line + 1 if mark else None, "", f"malformed YAML: {reason}",
                                    "fix the syntax at that line")]) from None
+    except RecursionError:
+        raise RubricError([Problem(str(path), None, "", "nested too deeply to parse")]) from None
+    try:
+        node = yaml.compose(text)  # only to find line numbers; JSON that YAML cannot read has none
+    except (yaml.YAMLError, RecursionError):
+        pass
     return rubric_from_data(data, source=str(path), line_of=lambda loc: _yaml_line(node, loc))
 
 
-def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=None) -> Rubric:
-    """Build a Rubric from parsed data in any accepted shape; `line_of(loc)` locates a field."""
-    shaped, prefix = _normalise(data, source, line)
+@dataclass(frozen=True)
+class _Shape:
+    """How the user wrote the rubric, so errors use the user's field names."""
+
+    root: str = ""  # e.g. "rubrics" for HealthBench items
+    is_list: bool = False  # items are the top level, not under `criteria`
+    rename: tuple[tuple[str, str], ...] = ()  # our field name -> the user's
+
+    def data_loc(self, loc: tuple) -> tuple:
+        if self.is_list and loc[:1] == ("criteria",):
+            loc = loc[1:]
+        names = dict(self.rename)
+        return tuple(names.get(p, p.rstrip()) if isinstance(p, str) else p for p in loc)
+
+    def field(self, loc: tuple) -> str:
+        formatted = _format_loc(self.data_loc(loc))
+        return (self.root + formatted) if self.root else formatted.lstrip(".")
+
+
+def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=None,
+                     healthbench: bool = False) -> Rubric:
+    """Build a Rubric from parsed data in any accepted shape; `line_of(loc)` locates a field.
+    `healthbench=True` reads `data` as HealthBench `rubrics` items even if some are malformed."""
+    shaped, shape = _normalise(data, source, line, healthbench)
     errors: list[dict] = []
     items = shaped.get("criteria") if isinstance(shaped, dict) else None
     if isinstance(items, list) and items:
@@ -86,8 +120,7 @@ def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=No
                 Criterion.model_validate(item)
             except ValidationError as exc:
                 errors += [{**e, "loc": ("criteria", i, *e["loc"])} for e in exc.errors()]
-        if errors:
-            errors += _whole_rubric_errors(items)
+        errors += _whole_rubric_errors(items)
     if not errors:
         try:
             return Rubric.model_validate(shaped)
@@ -96,22 +129,34 @@ def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=No
     problems = []
     for err in errors:
         loc = tuple(err["loc"])
-        where = line_of(loc) if line_of else line
+        where = line_of(shape.data_loc(loc)) if line_of else line
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = f"unknown field {str(loc[-1])!r}"
-        problems.append(Problem(source, where, prefix + _format_loc(loc), message, _FIXES.get(err["type"], "")))
+            message = f"unknown field {str(shape.data_loc(loc)[-1])!r}"
+        problems.append(Problem(source, where, shape.field(loc), message,
+                                err.get("ctx", {}).get("fix") or _FIXES.get(err["type"], "")))
     raise RubricError(problems)
 
 
 def _whole_rubric_errors(items: list) -> list[dict]:
-    """Rubric-level problems visible in raw items even when some items are invalid."""
+    """Rubric-level problems (duplicate ids, no positive weight), located at the criteria concerned."""
+    errors: list[dict] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        cid = item.get("id") if isinstance(item, dict) else None
+        if isinstance(cid, str) and cid in seen:
+            errors.append({"loc": ("criteria", i, "id"), "type": "value_error",
+                           "msg": f"duplicate criterion id {cid!r} (first at criteria[{seen[cid]}])",
+                           "ctx": {"fix": "give every criterion a unique id"}})
+        elif isinstance(cid, str):
+            seen[cid] = i
     weights = [i.get("weight", 1.0) for i in items if isinstance(i, dict)]
     numeric = [w for w in weights if isinstance(w, (int, float)) and not isinstance(w, bool)]
-    if len(numeric) == len(weights) and not any(w > 0 for w in numeric):
-        return [{"loc": ("criteria",), "type": "value_error",
-                 "msg": "the rubric has no criterion with a positive weight; give at least one a weight > 0"}]
-    return []
+    if weights and len(numeric) == len(weights) and not any(w > 0 for w in numeric):
+        errors.append({"loc": ("criteria",), "type": "value_error",
+                       "msg": "the rubric has no criterion with a positive weight, so no score can be computed",
+                       "ctx": {"fix": "give at least one criterion a weight > 0"}})
+    return errors
 
 
 def rubric_from_row(row: dict, source: str, line: int) -> Rubric | None:
@@ -120,9 +165,14 @@ def rubric_from_row(row: dict, source: str, line: int) -> Rubric | None:
         raise RubricError([Problem(source, line, "rubric", "row has both `rubric` and `rubrics`",
                                    "keep one of them")])
     if "rubrics" in row:
-        return rubric_from_data(_from_healthbench(row["rubrics"], source, line), source, line)
+        items = row["rubrics"]
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise RubricError([Problem(source, line, "rubrics", "must be a list of {criterion, points, tags}")])
+        return rubric_from_data(items, source, line, healthbench=True)
     if "rubric" in row and row["rubric"] is not None:
         value = row["rubric"]
+        if isinstance(value, str) and not value.lstrip().startswith(("{", "[")):
+            return rubric_reference(value, base=Path(source).parent, source=source, line=line)
         if isinstance(value, str):  # a rubric serialised as a JSON string (common in parquet/CSV exports)
             try:
                 value = json.loads(value)
@@ -133,18 +183,50 @@ def rubric_from_row(row: dict, source: str, line: int) -> Rubric | None:
     return None
 
 
-def _normalise(data: Any, source: str, line: int | None) -> tuple[Any, str]:
-    """Turn the accepted shapes into the native mapping; return it and a field prefix for errors."""
+def bundled_rubric_path(name: str) -> Path:
+    """Path of a rubric shipped with rubricrl (`empathy`, `crisis_safety`, ...)."""
+    return Path(__file__).parent / "data" / "rubrics" / f"{name}.yaml"
+
+
+@lru_cache(maxsize=256)
+def _load_cached(path: Path, mtime: float) -> Rubric:
+    return load_rubric(path)
+
+
+def rubric_reference(ref: str, base: Path, source: str, line: int | None) -> Rubric:
+    """Resolve a rubric named in a row: a bundled rubric name, or a file path (relative to the data file)."""
+    candidates = [bundled_rubric_path(ref)] if "/" not in ref and "." not in ref else []
+    candidates += [base / ref, Path(ref)]
+    for path in candidates:
+        try:
+            found = path.is_file()
+        except OSError:  # e.g. a name too long to be a path
+            found = False
+        if found:
+            return _load_cached(path.resolve(), path.stat().st_mtime)
+    bundled = sorted(p.stem for p in bundled_rubric_path("x").parent.glob("*.yaml"))
+    raise RubricError([Problem(source, line, "rubric", f"{ref!r} is neither a bundled rubric nor a file",
+                               f"use one of {bundled}, a path to a YAML/JSON rubric, or an inline rubric")])
+
+
+_HEALTHBENCH = _Shape(root="rubrics", is_list=True, rename=(("text", "criterion"), ("weight", "points")))
+_RAR = _Shape(root="rubric", is_list=True, rename=(("text", "description"),))
+
+
+def _normalise(data: Any, source: str, line: int | None, healthbench: bool) -> tuple[Any, _Shape]:
+    """Turn the accepted shapes into the native mapping, and say which shape it was."""
+    if healthbench:
+        return {"criteria": _from_healthbench(data)}, _HEALTHBENCH
     if isinstance(data, list):
         if data and all(isinstance(i, dict) and "title" in i and "description" in i for i in data):
-            return {"criteria": _from_rar(data)}, "rubric"
+            return {"criteria": _from_rar(data)}, _RAR
         if data and all(isinstance(i, dict) and "criterion" in i and "points" in i for i in data):
-            return _from_healthbench(data, source, line), "rubrics"
-        return {"criteria": _with_default_ids(data)}, ""
+            return {"criteria": _from_healthbench(data)}, _HEALTHBENCH
+        return {"criteria": _with_default_ids(data)}, _Shape(root="criteria", is_list=True)
     if isinstance(data, dict):
         if isinstance(data.get("criteria"), list):
             data = {**data, "criteria": _with_default_ids(data["criteria"])}
-        return data, ""
+        return data, _Shape()
     kind = "empty" if data is None else type(data).__name__
     raise RubricError([Problem(source, line, "", f"a rubric must be a mapping with `criteria` or a list of "
                                                  f"criteria, got {kind}", "see docs/rubrics.md for the format")])
@@ -156,21 +238,14 @@ def _with_default_ids(items: list) -> list:
             for i, item in enumerate(items)]
 
 
-def _from_healthbench(items: Any, source: str, line: int | None) -> dict:
-    if not isinstance(items, list):
-        raise RubricError([Problem(source, line, "rubrics", "must be a list of {criterion, points, tags}")])
+def _from_healthbench(items: list[dict]) -> list[dict]:
     criteria = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise RubricError([Problem(source, line, f"rubrics[{i}]", "must be an object")])
-        unknown = set(item) - {"criterion", "points", "tags"}
-        if unknown:
-            raise RubricError([Problem(source, line, f"rubrics[{i}]", f"unknown field(s) {sorted(unknown)}",
-                                       "HealthBench items have only criterion, points, tags")])
         tags = item.get("tags") or []
-        criteria.append({"id": f"c{i + 1}", "text": item.get("criterion"), "weight": item.get("points"),
-                         "tags": tags if isinstance(tags, list) else [tags]})
-    return {"criteria": criteria}
+        criterion = {"id": f"c{i + 1}", "text": item.get("criterion"), "weight": item.get("points"),
+                     "tags": tags if isinstance(tags, list) else [tags]}
+        criteria.append(_keep_unknown(criterion, item, ("criterion", "points", "tags")))
+    return criteria
 
 
 _RAR_CATEGORY = re.compile(r"^\s*(essential|important|optional|pitfall)\s+criteria\s*:\s*", re.IGNORECASE)
@@ -179,17 +254,25 @@ _RAR_CATEGORY = re.compile(r"^\s*(essential|important|optional|pitfall)\s+criter
 def _from_rar(items: list[dict]) -> list[dict]:
     criteria = []
     for i, item in enumerate(items):
-        title = str(item.get("title", ""))
-        match = _RAR_CATEGORY.match(title)
+        match = _RAR_CATEGORY.match(str(item.get("title", "")))
         tags = [f"category:{match.group(1).lower()}"] if match else []
-        extra = set(item) - {"title", "description", "weight"}
         criterion = {"id": f"c{i + 1}", "text": item.get("description"), "weight": item.get("weight"), "tags": tags}
-        criterion.update({k: item[k] for k in extra})  # unknown keys surface as 'unknown field' errors
-        criteria.append(criterion)
+        criteria.append(_keep_unknown(criterion, item, ("title", "description", "weight")))
     return criteria
 
 
+def _keep_unknown(criterion: dict, item: dict, known: tuple[str, ...]) -> dict:
+    """Carry a foreign item's unknown keys over so validation reports them as unknown fields;
+    a key that collides with one of our own names (e.g. `weight` in a HealthBench item) is
+    carried under a name that cannot be a field, so it is reported instead of used."""
+    for key, value in item.items():
+        if key not in known:
+            criterion[key if key not in criterion else f"{key} "] = value
+    return criterion
+
+
 def _format_loc(loc: tuple) -> str:
+    """`("criteria", 1, "weight")` -> `.criteria[1].weight` (the caller strips or prefixes the dot)."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -197,7 +280,7 @@ def _format_loc(loc: tuple) -> str:
         elif part in ("regex", "contains", "not_contains", "length", "json_valid", "tagged_span"):
             continue  # discriminated-union branch names are noise for the user
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{part}"
     return out
 
 

@@ -87,7 +87,7 @@ def _response_text(value: object) -> str | None:
     if isinstance(value, str):
         return value
     if (isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict)
-            and isinstance(value[0].get("content"), str)):
+            and value[0].get("role", "assistant") == "assistant" and isinstance(value[0].get("content"), str)):
         return value[0]["content"]
     return None
 
@@ -97,14 +97,16 @@ def read_rows(path: str | Path) -> Iterator[ScoringRow | InvalidRow]:
     Duplicate row ids are reported as invalid (resuming relies on ids being unique)."""
     source = str(path)
     seen: set[str] = set()
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line_no, text in enumerate(handle, start=1):
+    with open(path, "rb") as handle:  # split on \n only: a bare \r inside a JSON line is whitespace
+        for line_no, data in enumerate(handle, start=1):
+            text = data.decode("utf-8", errors="replace")
             if not text.strip():
                 continue
             try:
                 raw = json.loads(text)
-            except ValueError as exc:
-                yield InvalidRow(f"line-{line_no}", line_no, Problem(source, line_no, "", f"malformed JSON: {exc}",
+            except (ValueError, RecursionError) as exc:
+                reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+                yield InvalidRow(f"line-{line_no}", line_no, Problem(source, line_no, "", f"malformed JSON: {reason}",
                                                                      "one JSON object per line"))
                 continue
             row = parse_row(raw, source, line_no)

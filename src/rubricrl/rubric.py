@@ -35,7 +35,7 @@ class RegexCheck(BaseModel):
     def _compiles(cls, value: str) -> str:
         try:
             re.compile(value)
-        except re.error as exc:
+        except (re.error, OverflowError, RecursionError) as exc:
             raise ValueError(f"invalid regular expression: {exc}") from None
         return value
 
@@ -51,7 +51,7 @@ class ContainsCheck(BaseModel):
 
     model_config = _STRICT
     type: Literal["contains", "not_contains"]
-    any_of: tuple[str, ...] = Field(min_length=1)
+    any_of: tuple[Annotated[str, Field(min_length=1)], ...] = Field(min_length=1)
     ignore_case: bool = True
 
 
@@ -135,6 +135,13 @@ class Rubric(BaseModel):
     criteria: tuple[Criterion, ...] = Field(min_length=1)
     hard_rule_gate: Number = 0.0
     _hash: str | None = PrivateAttr(default=None)
+
+    @field_validator("hard_rule_gate")
+    @classmethod
+    def _finite_gate(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("hard_rule_gate must be a finite number")
+        return float(value)
 
     @model_validator(mode="after")
     def _coherent(self) -> Rubric:

@@ -79,7 +79,7 @@ def score_row(rubric: Rubric, verdicts: Sequence[Verdict] | Mapping[str, Verdict
     gated = bool(failed) and raw is not None
     decided = sum(s in (Status.MET, Status.UNMET) for s in statuses)
     return RowScore(
-        score=rubric.hard_rule_gate if gated else raw,
+        score=min(raw, rubric.hard_rule_gate) if gated else raw,  # failing a hard rule never raises a score
         raw_score=raw,
         gated=gated,
         coverage=decided / len(rubric.criteria),
