@@ -118,6 +118,55 @@ def score(
                   f"summary in {target}", highlight=False)
 
 
+@app.command()
+def train(
+    config: Annotated[Optional[Path], typer.Argument(help="YAML config; without one, the embedded CPU demo runs.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a config key: --set grpo.beta=0.04")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this directory from its last checkpoint.")] = None,
+):
+    """Train a policy with GRPO (TRL) against rubric rewards, evaluate before/after, write a report."""
+    from .loading import RubricError
+    from .train.config import ConfigError, load_config
+    from .train.run import RunDirError, resume_config, run_training
+
+    try:
+        if resume is not None:
+            if config is not None or set_:
+                fail("--resume continues a run with its saved config.yaml; do not pass a config or --set")
+            cfg = resume_config(resume)
+        else:
+            cfg = load_config(config, set_ or [])
+    except (ConfigError, RunDirError) as exc:
+        fail(str(exc))
+    try:
+        summary = run_training(cfg, resume=resume is not None, log=lambda m: console.print(m, highlight=False))
+    except (RunDirError, RubricError, FileNotFoundError) as exc:
+        fail(str(exc))
+    table = Table(title="held-out score (evaluation judge)")
+    for col in ("", "mean", "95% CI", "n", "judge errors"):
+        table.add_column(col)
+    for label in ("before", "after"):
+        part = summary.get(label) or {}
+        e = part.get("estimate")
+        if e:
+            table.add_row(label, f"{e['mean']:.3f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]", str(e["n"]),
+                          str(part["errors"]))
+    console.print(table)
+    console.print(f"{summary['steps']} steps in {summary['seconds']} s; report: {summary['report']}", highlight=False)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A training run directory.")]):
+    """(Re)write RUN_DIR/report.html from the run's files."""
+    from .report import write_report
+
+    try:
+        path = write_report(run_dir)
+    except FileNotFoundError as exc:
+        fail(str(exc))
+    console.print(f"wrote {path}", highlight=False)
+
+
 def print_summary(s: RunSummary) -> None:
     head = Table(title="rubricrl score", show_header=False)
     head.add_row("rows", f"{s.rows} ({s.scored} scored, {s.unscored} unscored, {s.invalid} invalid)")

@@ -29,8 +29,10 @@ class RowScore:
     failed_hard_rules: tuple[str, ...] = ()
 
 
-def points_score(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -> float | None:
-    """Σ weight of met criteria / Σ positive weight, over criteria with a met/unmet verdict."""
+def points_score(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict], *,
+                 soft: bool = False) -> float | None:
+    """Σ weight of met criteria / Σ positive weight, over criteria with a met/unmet verdict.
+    With `soft`, a verdict counts as met in proportion to its `p_met` (expected points)."""
     achieved = possible = 0.0
     for c in criteria:
         v = verdicts.get(c.id)
@@ -38,7 +40,9 @@ def points_score(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict])
             continue
         if c.weight > 0:
             possible += c.weight
-        if v.status is Status.MET:
+        if soft and v.p_met is not None:
+            achieved += c.weight * v.p_met
+        elif v.status is Status.MET:
             achieved += c.weight
     return achieved / possible if possible > 0 else None
 
@@ -70,11 +74,13 @@ def tag_scores(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -
     return out
 
 
-def score_row(rubric: Rubric, verdicts: Sequence[Verdict] | Mapping[str, Verdict]) -> RowScore:
-    """Everything a row's verdicts say: score with the hard-rule gate, tag scores, coverage, counts."""
+def score_row(rubric: Rubric, verdicts: Sequence[Verdict] | Mapping[str, Verdict], *,
+              soft: bool = False) -> RowScore:
+    """Everything a row's verdicts say: score with the hard-rule gate, tag scores, coverage, counts.
+    `soft` scores model verdicts by `p_met` (see points_score); gates still use the met/unmet status."""
     by_id = verdicts if isinstance(verdicts, Mapping) else {v.criterion_id: v for v in verdicts}
     statuses = [by_id[c.id].status if c.id in by_id else Status.SKIPPED for c in rubric.criteria]
-    raw = points_score(rubric.criteria, by_id)
+    raw = points_score(rubric.criteria, by_id, soft=soft)
     failed = failed_hard_rules(rubric.criteria, by_id)
     gated = bool(failed) and raw is not None
     decided = sum(s in (Status.MET, Status.UNMET) for s in statuses)

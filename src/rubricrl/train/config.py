@@ -1,0 +1,179 @@
+"""Training configuration: one YAML file, validated completely before any model loads.
+
+`grpo:` keys are passed unchanged to TRL's `GRPOConfig` (checked against its fields), so every
+TRL option (loss_type, beta, num_generations, use_vllm, ...) works as documented by TRL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_STRICT = ConfigDict(extra="forbid")
+
+# rubricrl's defaults for GRPOConfig: sized for the embedded demo on a 2-core CPU.
+DEMO_GRPO = {
+    "num_generations": 4,
+    "per_device_train_batch_size": 8,
+    "max_completion_length": 96,
+    "max_steps": 24,
+    "learning_rate": 5.0e-6,
+    "beta": 0.0,
+    "temperature": 1.0,
+    "logging_steps": 1,
+    "save_steps": 8,
+    "save_total_limit": 2,
+    "report_to": "none",
+    "seed": 0,
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class DataConfig(BaseModel):
+    model_config = _STRICT
+    train: str = Field("bundled:emotional_support", description="JSONL/JSON/CSV/Parquet file or bundled:NAME")
+    heldout: str | None = Field(None, description="file for held-out prompts; default: rows of `train` whose "
+                                                  "`split` column is 'heldout'")
+    prompt_field: str = "prompt"
+    limit_train: int | None = Field(None, ge=1)
+    limit_heldout: int | None = Field(None, ge=1)
+
+
+class RewardConfig(BaseModel):
+    model_config = _STRICT
+    judge: str = "local"
+    error_policy: Literal["mask", "zero", "raise"] = "mask"
+    soft: bool = Field(True, description="score model verdicts by p_met (expected points) instead of 0/1")
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    structured: bool = Field(False, description="completions use <understanding>/<reasoning>/<emotion>/<response> "
+                                                "spans; only <response> is judged; adds a format reward")
+    format_weight: float = 0.5
+    length_max_words: int | None = Field(None, ge=1, description="add a length penalty beyond this many words")
+    length_weight: float = 0.5
+
+
+class EvalConfig(BaseModel):
+    model_config = _STRICT
+    judge: str = Field("rules", description="held-out judge; default rules only, so a gain is not just the "
+                                            "reward judge agreeing with itself")
+    max_new_tokens: int = Field(96, ge=1)
+    enabled: bool = True
+
+
+class LoraConfig(BaseModel):
+    model_config = _STRICT
+    r: int = Field(8, ge=1)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] | str = "all-linear"
+
+
+class BufferConfig(BaseModel):
+    """Selective Sample Buffer (Skywork R1V2)."""
+
+    model_config = _STRICT
+    enabled: bool = False
+    zero_spread_threshold: float = Field(0.5, ge=0.0, le=1.0, description="replay when this share of groups "
+                                                                          "has zero reward spread")
+    capacity: int = Field(64, ge=1)
+    min_abs_advantage: float = Field(0.1, ge=0.0)
+
+
+class ScaffoldConfig(BaseModel):
+    """Rubric items as hints in rollout prompts (RuscaRL), with a decaying probability."""
+
+    model_config = _STRICT
+    enabled: bool = False
+    start_prob: float = Field(1.0, ge=0.0, le=1.0)
+    end_prob: float = Field(0.0, ge=0.0, le=1.0)
+    schedule: Literal["linear", "exponential"] = "linear"
+    decay_steps: int | None = Field(None, ge=1, description="steps to reach end_prob (default: max_steps)")
+    max_hints: int = Field(3, ge=1)
+
+
+class TrainConfig(BaseModel):
+    model_config = _STRICT
+    model: str = Field("smollm2-135m", description="policy: embedded name, hub id, directory or .gguf")
+    rubric: str | None = Field("empathy", description="shared rubric (bundled name or file) for rows without one")
+    output_dir: str = "runs/demo"
+    data: DataConfig = DataConfig()
+    reward: RewardConfig = RewardConfig()
+    eval: EvalConfig = EvalConfig()
+    lora: LoraConfig | None = None
+    buffer: BufferConfig = BufferConfig()
+    scaffold: ScaffoldConfig = ScaffoldConfig()
+    grpo: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("grpo")
+    @classmethod
+    def _known_grpo_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from trl import GRPOConfig
+
+        known = {f.name for f in dataclasses.fields(GRPOConfig)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"unknown GRPOConfig key(s) {unknown}; see TRL's GRPOConfig documentation")
+        if "output_dir" in value:
+            raise ValueError("set output_dir at the top level, not under grpo")
+        return value
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> TrainConfig:
+        grpo = self.grpo_kwargs()
+        gens, batch = grpo["num_generations"], grpo["per_device_train_batch_size"]
+        if gens < 2:
+            raise ValueError("grpo.num_generations must be >= 2 (GRPO needs a group to compare)")
+        if batch % gens:
+            raise ValueError(f"grpo.per_device_train_batch_size ({batch}) must be a multiple of "
+                             f"grpo.num_generations ({gens})")
+        return self
+
+    def grpo_kwargs(self) -> dict[str, Any]:
+        return {**DEMO_GRPO, **self.grpo}
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: use key=value, e.g. --set grpo.beta=0.04")
+    key, _, raw = item.partition("=")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config (or the demo defaults), apply `key=value` overrides, validate."""
+    data: dict[str, Any] = {}
+    source = "the demo defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config must be a mapping of keys to values")
+    for item in overrides or []:
+        keys, value = _parse_override(item)
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {key} is not a section")
+        node[keys[-1]] = value
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key"
+            lines.append(f"{source}: {key or '(top level)'}: {msg}")
+        raise ConfigError("\n".join(lines)) from None

@@ -1,0 +1,55 @@
+"""Held-out evaluation of a policy: generate greedily, judge with the evaluation judge, bootstrap."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ..conversation import as_conversation
+from ..judges.base import Judge, JudgeRequest
+from ..rubric import Rubric
+from ..scoring import Estimate, bootstrap, score_row
+from .data import PromptRow
+
+
+def generate(model, tokenizer, prompts: Sequence[list[dict]], max_new_tokens: int, batch_size: int = 8) -> list[str]:
+    """Greedy completions for chat prompts, batched with left padding."""
+    import torch
+
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    outputs: list[str] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(prompts), batch_size):
+            texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                     for p in prompts[start:start + batch_size]]
+            batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.inference_mode():
+                ids = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=tokenizer.pad_token_id)
+            outputs += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    finally:
+        tokenizer.padding_side = side
+        model.train(was_training)
+    return [o.strip() for o in outputs]
+
+
+def evaluate(model, tokenizer, rows: Sequence[PromptRow], rubrics: dict[str, Rubric], judge: Judge,
+             max_new_tokens: int) -> tuple[list[dict], Estimate | None]:
+    """Records (prompt, completion, verdicts, score) per held-out row and the mean with a 95% CI."""
+    completions = generate(model, tokenizer, [r.messages for r in rows], max_new_tokens)
+    requests = [JudgeRequest(as_conversation(r.messages), c, rubrics[r.rubric_key].criteria)
+                for r, c in zip(rows, completions)]
+    answers = asyncio.run(judge.judge(requests)) if requests else []
+    records = []
+    for row, completion, verdicts in zip(rows, completions, answers):
+        s = score_row(rubrics[row.rubric_key], verdicts)
+        records.append({"id": row.id, "prompt": row.messages[-1]["content"], "completion": completion,
+                        "score": s.score, "n_error": s.n_error, "coverage": s.coverage,
+                        "verdicts": [v.model_dump(mode="json") for v in verdicts]})
+    scores = [r["score"] for r in records if r["score"] is not None]
+    return records, (bootstrap(scores) if scores else None)

@@ -1,0 +1,156 @@
+"""`rubricrl train`: validate the config, evaluate before, train with TRL GRPO, evaluate after, report.
+
+A run directory holds: config.yaml (as resolved), checkpoints/ (TRL), metrics.jsonl (every log
+line), samples.jsonl (judged completions per step), eval_before.jsonl / eval_after.jsonl,
+summary.json and report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+
+from ..judges import make_judge
+from ..models import resolve
+from ..rewards import STRUCTURED_SPANS, FormatReward, LengthPenalty, RubricReward
+from .config import TrainConfig, load_config
+from .data import load_prompt_data
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+class RunDirError(RuntimeError):
+    pass
+
+
+def prepare_run_dir(config: TrainConfig, resume: bool) -> Path:
+    run_dir = Path(config.output_dir)
+    saved = run_dir / "config.yaml"
+    if resume:
+        if not saved.is_file():
+            raise RunDirError(f"{run_dir} has no config.yaml: not a rubricrl run directory")
+        return run_dir
+    if saved.exists():
+        raise RunDirError(f"{run_dir} already holds a run; use `rubricrl train --resume {run_dir}` to continue it "
+                          "or set output_dir to a new directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    saved.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return run_dir
+
+
+def resume_config(run_dir: Path) -> TrainConfig:
+    config = load_config(run_dir / "config.yaml")
+    if Path(config.output_dir).resolve() != run_dir.resolve():  # the directory was moved or renamed
+        config = config.model_copy(update={"output_dir": str(run_dir)})
+    return config
+
+
+def load_policy(spec: str):
+    """A fresh trainable copy of the policy model (never the judge's cached instance)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve(spec)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    return model, tokenizer
+
+
+def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dict:
+    """Run (or resume) a training run end to end; return the summary written to summary.json."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from ..report import write_report
+    from .buffer import SelectiveSampleBuffer
+    from .evaluate import evaluate
+    from .trainer import RubricGRPOTrainer, RunFilesCallback
+
+    started = time.time()
+    run_dir = prepare_run_dir(config, resume)
+    data = load_prompt_data(config.data.train, config.data.heldout, config.rubric, config.data.prompt_field,
+                            config.data.limit_train, config.data.limit_heldout)
+    log(f"data: {len(data.train)} training prompts, {len(data.heldout)} held-out, {len(data.rubrics)} rubric(s)")
+    reward_judge = make_judge(config.reward.judge, threshold=config.reward.threshold)
+    eval_judge = make_judge(config.eval.judge) if config.eval.enabled else None
+    model, tokenizer = load_policy(config.model)
+
+    summary: dict = {"run_dir": str(run_dir), "model": config.model}
+    if eval_judge is not None:
+        summary["before"] = _evaluate_once(run_dir / "eval_before.jsonl", model, tokenizer, data, eval_judge,
+                                           config.eval.max_new_tokens, evaluate, log, "before")
+
+    judged_span = "response" if config.reward.structured else None
+    rubric_reward = RubricReward(reward_judge, None, error_policy=config.reward.error_policy,
+                                 soft=config.reward.soft, judged_span=judged_span, rubrics=data.rubrics)
+    reward_funcs, weights = [rubric_reward], [1.0]
+    if config.reward.structured:
+        reward_funcs.append(FormatReward(STRUCTURED_SPANS))
+        weights.append(config.reward.format_weight)
+    if config.reward.length_max_words:
+        reward_funcs.append(LengthPenalty(config.reward.length_max_words))
+        weights.append(config.reward.length_weight)
+
+    grpo = config.grpo_kwargs()
+    grpo.setdefault("bf16", torch.cuda.is_available())
+    grpo.setdefault("reward_weights", weights)
+    args = GRPOConfig(output_dir=str(run_dir / "checkpoints"), **grpo)
+    peft_config = None
+    if config.lora is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                                 target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+    buffer = None
+    if config.buffer.enabled:
+        buffer = SelectiveSampleBuffer(args.num_generations, capacity=config.buffer.capacity,
+                                       zero_spread_threshold=config.buffer.zero_spread_threshold,
+                                       min_abs_advantage=config.buffer.min_abs_advantage,
+                                       pad_token_id=tokenizer.pad_token_id)
+    trainer = RubricGRPOTrainer(
+        model=model, reward_funcs=reward_funcs, args=args,
+        train_dataset=Dataset.from_list([r.to_trl() for r in data.train]),
+        processing_class=tokenizer, peft_config=peft_config,
+        callbacks=[RunFilesCallback(run_dir, rubric_reward)],
+        scaffold=config.scaffold, rubrics=data.rubrics, sample_buffer=buffer,
+    )
+    checkpoint = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
+    log(f"training: {args.max_steps} GRPO steps, {args.num_generations} generations per prompt"
+        + (" (resuming from the last checkpoint)" if checkpoint else ""))
+    trainer.train(resume_from_checkpoint=True if checkpoint else None)
+    trainer.save_model(str(run_dir / "final"))
+
+    if eval_judge is not None:
+        summary["after"] = _evaluate_once(run_dir / "eval_after.jsonl", trainer.model, tokenizer, data, eval_judge,
+                                          config.eval.max_new_tokens, evaluate, log, "after", reuse=False)
+    summary["reward_totals"] = dict(rubric_reward.totals)
+    summary["steps"] = trainer.state.global_step
+    summary["seconds"] = round(time.time() - started, 1)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["report"] = str(write_report(run_dir))
+    return summary
+
+
+def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, evaluate, log, label,
+                   reuse: bool = True) -> dict | None:
+    """Held-out evaluation written to `path`; a resumed run reuses an existing 'before' file."""
+    if reuse and path.is_file():
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        from ..scoring import bootstrap
+
+        scores = [r["score"] for r in records if r["score"] is not None]
+        estimate = bootstrap(scores) if scores else None
+    else:
+        log(f"held-out evaluation ({label}): {len(data.heldout)} prompts")
+        records, estimate = evaluate(model, tokenizer, data.heldout, data.rubrics, judge, max_new_tokens)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return {"estimate": asdict(estimate) if estimate else None,
+            "errors": sum(r["n_error"] for r in records), "rows": len(records)}

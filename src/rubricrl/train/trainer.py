@@ -1,0 +1,78 @@
+"""TRL's GRPOTrainer with two rubricrl additions hooked around its batch builder: rubric
+scaffolding (hints in rollout prompts) and the Selective Sample Buffer. Everything else —
+generation, advantages, loss, optimisation, checkpoints — is TRL's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+
+from ..rubric import Rubric
+from .buffer import SelectiveSampleBuffer
+from .config import ScaffoldConfig
+from .scaffold import draw, hint_probability, hint_text, with_hint
+
+
+class RubricGRPOTrainer(GRPOTrainer):
+    def __init__(self, *args, scaffold: ScaffoldConfig | None = None, rubrics: dict[str, Rubric] | None = None,
+                 sample_buffer: SelectiveSampleBuffer | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scaffold = scaffold if scaffold and scaffold.enabled else None
+        self.rubric_table = rubrics or {}
+        self.sample_buffer = sample_buffer
+
+    def _generate_and_score_completions(self, inputs):
+        inputs = self._with_scaffold(inputs)
+        batch = super()._generate_and_score_completions(inputs)
+        if self.sample_buffer is not None and self.model.training:
+            batch, metrics = self.sample_buffer.process(batch)
+            for name, value in metrics.items():
+                self._metrics["train"][name].append(value)
+        return batch
+
+    def _with_scaffold(self, inputs: list[dict]) -> list[dict]:
+        out = []
+        step = self.state.global_step
+        if self.scaffold is not None and self.model.training:
+            s = self.scaffold
+            p = hint_probability(step, s.start_prob, s.end_prob, s.decay_steps or self.args.max_steps, s.schedule)
+            self._metrics["train"]["scaffold/probability"].append(p)
+        hinted = 0
+        for x in inputs:
+            x = {**x, "original_prompt": x["prompt"]}
+            if self.scaffold is not None and self.model.training and x.get("rubric") in self.rubric_table:
+                if draw(self.args.seed, step, json.dumps(x["prompt"], sort_keys=True)) < p:
+                    hint = hint_text(self.rubric_table[x["rubric"]], self.scaffold.max_hints)
+                    x["prompt"] = with_hint(x["prompt"], hint)
+                    hinted += 1
+            out.append(x)
+        if self.scaffold is not None and self.model.training:
+            self._metrics["train"]["scaffold/hinted_share"].append(hinted / max(len(inputs), 1))
+        return out
+
+
+class RunFilesCallback(TrainerCallback):
+    """Appends every log line to metrics.jsonl and every newly judged batch to samples.jsonl."""
+
+    def __init__(self, run_dir: Path, reward=None):
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.samples_path = run_dir / "samples.jsonl"
+        self.reward = reward
+        self._last_written = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and state.is_world_process_zero:
+            with open(self.metrics_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        records = getattr(self.reward, "last_records", None)
+        if not records or records is self._last_written or not state.is_world_process_zero:
+            return
+        self._last_written = records
+        with open(self.samples_path, "a", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps({"step": state.global_step, **record}) + "\n")
