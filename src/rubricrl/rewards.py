@@ -194,4 +194,5 @@ def _run(coroutine):
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
+    coroutine.close()
     raise RuntimeError("RubricReward was called inside a running event loop; await `judge.judge` directly there")

@@ -7,6 +7,7 @@ TRL option (loss_type, beta, num_generations, use_vllm, ...) works as documented
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,6 +117,7 @@ class TrainConfig(BaseModel):
     def _known_grpo_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
         from trl import GRPOConfig
 
+        value = {k: _number_or_value(v) for k, v in value.items()}
         known = {f.name for f in dataclasses.fields(GRPOConfig)}
         unknown = sorted(set(value) - known)
         if unknown:
@@ -139,11 +141,19 @@ class TrainConfig(BaseModel):
         return {**DEMO_GRPO, **self.grpo}
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _number_or_value(value: Any) -> Any:
+    """YAML 1.1 reads `5e-6` as a string; every config value that looks like a float is one."""
+    return float(value) if isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip()) else value
+
+
 def _parse_override(item: str) -> tuple[list[str], Any]:
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: use key=value, e.g. --set grpo.beta=0.04")
     key, _, raw = item.partition("=")
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else ""
+    return key.strip().split("."), _number_or_value(yaml.safe_load(raw)) if raw.strip() else ""
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:

@@ -1,0 +1,169 @@
+"""Real GRPO steps on the embedded model: parameters change, run files exist and parse, resume
+continues with the same data order, the report renders in headless Chromium."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from rubricrl.models import resolve
+from rubricrl.train.config import load_config
+from rubricrl.train.run import run_training
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "data": {"limit_train": 8, "limit_heldout": 3},
+    "eval": {"max_new_tokens": 24},
+    "grpo": {"max_steps": 2, "max_completion_length": 24, "per_device_train_batch_size": 4, "num_generations": 2,
+             "save_steps": 1, "learning_rate": 1e-4},
+}
+
+
+def tiny_config(tmp_path: Path, name: str, **sections) -> Path:
+    data = json.loads(json.dumps(TINY))
+    for key, value in sections.items():
+        data.setdefault(key, {}).update(value) if isinstance(value, dict) else data.__setitem__(key, value)
+    data["output_dir"] = str(tmp_path / name)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    cfg = load_config(tiny_config(tmp, "run", buffer={"enabled": True}, scaffold={"enabled": True}))
+    summary = run_training(cfg, log=lambda m: None)
+    return Path(cfg.output_dir), summary
+
+
+def test_parameters_changed(trained_run):
+    run_dir, _ = trained_run
+    before = load_file(str(Path(resolve(None)) / "model.safetensors"))
+    after = load_file(str(run_dir / "final" / "model.safetensors"))
+    changed = [k for k in before if k in after and not torch.equal(before[k], after[k])]
+    assert len(changed) > len(before) // 2
+
+
+def test_run_files_exist_and_parse(trained_run):
+    run_dir, summary = trained_run
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "reward" in m]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert any(k.startswith("rubric/pass_rate/") for k in m)
+        assert m["rubric/judge_errors"] == 0.0 and "frac_reward_zero_std" in m
+        assert "buffer/zero_spread_share" in m and "scaffold/probability" in m
+    assert metrics[0]["scaffold/probability"] > metrics[1]["scaffold/probability"]  # linear decay
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert len(samples) == 2 * 4 and {s["step"] for s in samples} == {1, 2}
+    assert all(len(s["verdicts"]) == 8 for s in samples)  # the empathy rubric's 8 criteria
+    assert "Guidance for your reply" not in samples[0]["prompt"]  # the judge saw the original prompt
+    assert summary["before"]["rows"] == 3 and summary["after"]["rows"] == 3
+    assert len(read_jsonl(run_dir / "eval_after.jsonl")) == 3
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["steps"] == 2 and saved["reward_totals"]["completions"] == 8
+
+
+def test_report_is_valid_html_with_plots(trained_run):
+    run_dir, _ = trained_run
+    text = (run_dir / "report.html").read_text()
+    parser = _Collect()
+    parser.feed(text)
+    assert parser.tags.count("img") == 4 and "table" in parser.tags
+    assert "Held-out score, before and after" in text and "http" not in text.replace("https://", "")
+    os.remove(run_dir / "report.html")
+    result = subprocess.run([sys.executable, "-m", "rubricrl.cli", "report", str(run_dir)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (run_dir / "report.html").read_text().count("<img") == 4
+
+
+def test_existing_run_dir_is_refused(trained_run):
+    run_dir, _ = trained_run
+    from rubricrl.train.run import RunDirError
+
+    with pytest.raises(RunDirError, match="--resume"):
+        run_training(load_config(None, [f"output_dir={run_dir}"]), log=lambda m: None)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_report_screenshot_is_not_blank(trained_run, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (see .ci/run)")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    run_dir, _ = trained_run
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000",
+                    f"--screenshot={shot}", (run_dir / "report.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.is_file()
+    from PIL import Image
+
+    pixels = Image.open(shot).convert("L")
+    histogram = pixels.histogram()
+    white_share = histogram[255] / sum(histogram)
+    assert white_share < 0.97, "the screenshot is (almost) blank"
+    assert sum(1 for count in histogram if count) > 20  # text and plots, not a flat colour
+
+
+def test_resume_continues_with_the_same_data_order(tmp_path):
+    reference = load_config(tiny_config(tmp_path, "reference", grpo={"max_steps": 3}))
+    run_training(reference, log=lambda m: None)
+    expected = [(s["step"], s["prompt"]) for s in read_jsonl(Path(reference.output_dir) / "samples.jsonl")]
+
+    config = tiny_config(tmp_path, "killed", grpo={"max_steps": 3})
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "rubricrl.cli", "train", str(config)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = run_dir / "checkpoints" / "checkpoint-1" / "trainer_state.json"
+    deadline = time.time() + 600
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert marker.exists()
+    assert not (run_dir / "summary.json").exists()  # it really was stopped mid-run
+
+    result = subprocess.run([sys.executable, "-m", "rubricrl.cli", "train", "--resume", str(run_dir)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "resuming from the last checkpoint" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 3
+    resumed = {}
+    for s in read_jsonl(run_dir / "samples.jsonl"):
+        resumed.setdefault(s["step"], []).append(s["prompt"])
+    for step in (1, 2, 3):
+        assert sorted(resumed[step]) == sorted(p for st, p in expected if st == step)
