@@ -108,6 +108,8 @@ def load_causal_lm(spec: str | None = None, dtype: str = "float32"):
         if key not in _LOADED:
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
+            if torch.cuda.is_available():
+                model.to("cuda")
             model.eval()
             _LOADED[key] = (model, tokenizer)
         return _LOADED[key]

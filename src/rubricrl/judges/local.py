@@ -126,13 +126,14 @@ class LocalJudge:
 
         base = self.model.base_model
         with torch.inference_mode():
-            cache = base(input_ids=torch.tensor([prefix]), use_cache=True).past_key_values
+            device = self.model.device
+            cache = base(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
             self.stats.model_calls += 1
             self.stats.tokens += len(prefix)
             results: dict[int, list[Probability]] = {}
             n_verdicts = sum(len(p.suffixes) for p in packs)
             for chunk in _chunks(packs, self.max_batch_tokens):
-                ids, positions, mask, readout = _tree_batch(chunk, len(prefix), self.pad_id)
+                ids, positions, mask, readout = (t.to(device) for t in _tree_batch(chunk, len(prefix), self.pad_id))
                 chunk_cache = copy.deepcopy(cache)
                 chunk_cache.batch_repeat_interleave(len(chunk))
                 hidden = base(input_ids=ids, position_ids=positions, attention_mask=mask,
@@ -161,12 +162,13 @@ class LocalJudge:
                 width = max(len(s) for s in batch)
                 ids = torch.tensor([s + [self.pad_id] * (width - len(s)) for s in batch])
                 attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch])
-                hidden = base(input_ids=ids, attention_mask=attn).last_hidden_state
+                device = self.model.device
+                hidden = base(input_ids=ids.to(device), attention_mask=attn.to(device)).last_hidden_state
                 self.stats.model_calls += 1
                 self.stats.tokens += sum(len(s) for s in batch)
-                last = torch.tensor([len(s) - 1 for s in batch])
-                flat += [Probability(p, m, len(s)) for (p, m), s in
-                         zip(self._read(hidden[torch.arange(len(batch)), last]), batch)]
+                last = torch.tensor([len(s) - 1 for s in batch], device=hidden.device)
+                rows = torch.arange(len(batch), device=hidden.device)
+                flat += [Probability(p, m, len(s)) for (p, m), s in zip(self._read(hidden[rows, last]), batch)]
         out, k = [], 0
         for p in packs:
             out.append(flat[k:k + len(p.suffixes)])

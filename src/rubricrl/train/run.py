@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from .config import TrainConfig, load_config
 from .data import load_prompt_data
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+# transformers 5 deprecation noise that TRL triggers on every step; nothing for a user to act on
+warnings.filterwarnings("ignore", message=".*checkpointing.*", category=FutureWarning)
 
 
 class RunDirError(RuntimeError):
