@@ -134,4 +134,13 @@ def test_embedded_model_is_converted_once(monkeypatch):
     first = models.resolve(None)
     monkeypatch.setattr(models, "_convert", lambda *a: pytest.fail("converted a second time"))
     assert models.resolve("smollm2") == first
+    assert models.resolve(str(models.embedded_gguf_path())) == first  # the same file given as a path
     assert (models.Path(first) / "model.safetensors").is_file()
+
+
+def test_missing_gguf_and_unknown_spec_errors(tmp_path):
+    from rubricrl import models
+
+    with pytest.raises(models.ModelNotFoundError, match="GGUF file not found"):
+        models.resolve(str(tmp_path / "nope.gguf"))
+    assert models.resolve("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"  # hub ids pass through

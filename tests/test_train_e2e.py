@@ -167,3 +167,14 @@ def test_resume_continues_with_the_same_data_order(tmp_path):
         resumed.setdefault(s["step"], []).append(s["prompt"])
     for step in (1, 2, 3):
         assert sorted(resumed[step]) == sorted(p for st, p in expected if st == step)
+
+
+def test_lora_run_trains_an_adapter(tmp_path):
+    cfg = load_config(tiny_config(tmp_path, "lora", grpo={"max_steps": 1}, eval={"enabled": False},
+                                  lora={"r": 4, "alpha": 8}))
+    summary = run_training(cfg, log=lambda m: None)
+    final = Path(cfg.output_dir) / "final"
+    assert summary["steps"] == 1 and "before" not in summary
+    adapter = load_file(str(final / "adapter_model.safetensors"))
+    lora_b = [v for k, v in adapter.items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero; a step moved it

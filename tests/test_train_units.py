@@ -125,3 +125,29 @@ def test_exponent_floats_in_yaml_are_numbers(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("grpo: {learning_rate: 5e-6}\n")  # YAML 1.1 alone would give the string '5e-6'
     assert load_config(path).grpo_kwargs()["learning_rate"] == 5e-6
+
+
+def test_prompt_data_from_user_file(tmp_path):
+    from rubricrl.loading import RubricError
+    from rubricrl.train.data import load_prompt_data
+
+    rows = [{"id": f"r{i}", "prompt": f"message {i}"} for i in range(10)]
+    rows[3]["rubric"] = "crisis_safety"
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    data = load_prompt_data(str(path), None, "empathy")
+    # no split column: every 5th row (index 4 and 9) is held out
+    assert [r.id for r in data.heldout] == ["r4", "r9"] and len(data.train) == 8
+    assert len(data.rubrics) == 2
+    assert data.train[3].messages == [{"role": "user", "content": "message 3"}]
+    assert data.rubrics[data.train[3].rubric_key].id == "crisis-safety-v1"
+    assert data.train[0].to_trl()["rubric"] == data.train[0].rubric_key
+
+    rows[5]["rubric"] = {"criteria": [{"id": "a", "text": "x", "weight": -1}]}
+    path.write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    with pytest.raises(RubricError, match="prompts.jsonl:6: criteria: the rubric has no criterion with a positive"):
+        load_prompt_data(str(path), None, "empathy")
+    with pytest.raises(RubricError, match="no rubric for this row"):
+        load_prompt_data(str(path), None, None)
+    with pytest.raises(FileNotFoundError, match="no bundled prompt set"):
+        load_prompt_data("bundled:nope", None, "empathy")

