@@ -231,7 +231,7 @@ def test_local_judge_rerun_makes_zero_model_calls(tmp_path):
     rubric = Path(__file__).parent.parent / "src" / "rubricrl" / "data" / "rubrics" / "empathy.yaml"
     cache = tmp_path / "cache.sqlite"
     cmd = [sys.executable, "-m", "rubricrl.cli", "score", "--data", str(data), "--rubric", str(rubric),
-           "--cache-path", str(cache)]
+           "--cache-path", str(cache), "--judge", "local"]
     first = subprocess.run(cmd + ["--out", str(tmp_path / "one.jsonl")], capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "cache hits 0" in first.stdout

@@ -18,6 +18,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Rubric rewards for RL of language models: lint rubrics, judge, score.")
 rubrics_app = typer.Typer(no_args_is_help=True, help="Check rubric files.")
 app.add_typer(rubrics_app, name="rubrics")
+judge_app = typer.Typer(no_args_is_help=True, help="Fit and inspect judges.")
+app.add_typer(judge_app, name="judge")
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -71,7 +73,8 @@ def score(
     data: Annotated[Path, typer.Option(help="JSONL rows: prompt (or messages), response, optional rubric.")],
     out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume).")],
     rubric: Annotated[Optional[Path], typer.Option(help="Rubric file for rows without their own rubric.")] = None,
-    judge: Annotated[str, typer.Option(help="`rules`, `local` (embedded SmolLM2-135M) or `local:MODEL`.")] = "local",
+    judge: Annotated[str, typer.Option(help="`rules`, `local[:MODEL]`, `exemplar[:DIR]`, or a `+` mix "
+                                            "(default: bundled exemplar models, then the embedded LLM).")] = "exemplar+local",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
     cache_path: Annotated[Optional[Path], typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
     threshold: Annotated[float, typer.Option(help="P(yes) at or above which a model verdict is `met`.")] = 0.5,
@@ -109,6 +112,9 @@ def score(
     target = summary_json or out.with_name(out.stem + ".summary.json")
     target.write_text(json.dumps(summary.to_dict(), indent=2))
     print_summary(summary)
+    exemplar = getattr(the_judge, "exemplar_judge", None)
+    if exemplar is not None:
+        console.print(f"judge {exemplar.judge_id}: {exemplar.stats.verdicts} verdicts", highlight=False)
     model = getattr(the_judge, "model_judge", None)
     if model is not None:
         hits = getattr(model, "hits", None)
@@ -116,6 +122,43 @@ def score(
                       + (f", cache hits {hits}, misses {model.misses}" if hits is not None else ""), highlight=False)
     console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
                   f"summary in {target}", highlight=False)
+
+
+@judge_app.command("fit")
+def judge_fit(
+    rubric: Annotated[Path, typer.Option(help="Rubric file (bundled name or path); criteria may carry `examples`.")],
+    out: Annotated[Path, typer.Option(help="Directory for the fitted exemplar judge.")],
+    labels: Annotated[Optional[Path], typer.Option(help="JSONL of {criterion_id, response, label, rubric?}.")] = None,
+    min_examples: Annotated[int, typer.Option(min=2, help="Examples needed of each class to fit a criterion.")] = 8,
+    folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
+):
+    """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples."""
+    from .exemplar_fit import collect_examples, fit_exemplars
+    from .loading import bundled_rubric_path
+
+    path = rubric if rubric.exists() else bundled_rubric_path(str(rubric))
+    try:
+        the_rubric = load_rubric(path)
+        examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem)
+    except RubricError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read: {exc}")
+    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds)
+    table = Table(title=f"exemplar judge fit ({folds}-fold cross-validation)")
+    for col in ("criterion", "met", "unmet", "status", "CV AUC", "balanced acc", "threshold"):
+        table.add_column(col)
+    for r in reports:
+        table.add_row(r.criterion_id, str(r.n_met), str(r.n_unmet), r.status,
+                      f"{r.auc:.3f}" if r.auc is not None else "-",
+                      f"{r.balanced_accuracy:.3f}" if r.balanced_accuracy is not None else "-",
+                      f"{r.threshold:.2f}" if r.threshold is not None else "-")
+    console.print(table)
+    for note in warnings + [f"{r.criterion_id}: {w}" for r in reports for w in r.warnings]:
+        err.print(f"[yellow]warning[/] {note}", highlight=False)
+    fitted = sum(r.status == "fitted" for r in reports)
+    console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out}; use it with "
+                  f"--judge exemplar:{out}+local", highlight=False)
 
 
 @app.command()

@@ -94,6 +94,14 @@ Check = Annotated[
 ]
 
 
+class Examples(BaseModel):
+    """Labeled example replies for the exemplar judge (`rubricrl judge fit`)."""
+
+    model_config = _STRICT
+    met: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    unmet: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+
+
 class Criterion(BaseModel):
     """One weighted item of a rubric. A negative weight is a pitfall: meeting it costs points."""
 
@@ -104,6 +112,7 @@ class Criterion(BaseModel):
     kind: Literal["principle", "hard_rule"] = "principle"
     tags: tuple[str, ...] = ()
     check: Check | None = None
+    examples: Examples | None = None
 
     @field_validator("text")
     @classmethod

@@ -1,5 +1,6 @@
 """Route each criterion to the judge that should decide it: a declarative check goes to the
-rule judge; everything else to the configured model judge (or `skipped` when there is none)."""
+rule judge; a criterion with a fitted exemplar model to the exemplar judge; everything else to
+the configured model judge (or `skipped` when there is none)."""
 
 from __future__ import annotations
 
@@ -11,31 +12,36 @@ from .rules import RuleJudge
 
 
 class RoutedJudge:
-    def __init__(self, model_judge: Judge | None = None):
+    def __init__(self, model_judge: Judge | None = None, exemplar_judge=None):
         self.rules = RuleJudge()
         self.model_judge = model_judge
-        self.judge_id = f"rules+{model_judge.judge_id}" if model_judge else "rules"
+        self.exemplar_judge = exemplar_judge
+        self.judge_id = "+".join(["rules"] + [j.judge_id for j in (exemplar_judge, model_judge) if j is not None])
 
     @property
     def stats(self) -> JudgeStats:
         return self.model_judge.stats if self.model_judge else self.rules.stats
 
+    def route(self, criterion) -> str:
+        if criterion.check is not None:
+            return "rules"
+        if self.exemplar_judge is not None and self.exemplar_judge.covers(criterion):
+            return "exemplar"
+        return "model" if self.model_judge is not None else "none"
+
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
-        model_requests, owners = [], []
-        for i, req in enumerate(requests):
-            needs_model = tuple(c for c in req.criteria if c.check is None)
-            if needs_model and self.model_judge is not None:
-                model_requests.append(JudgeRequest(req.conversation, req.response, needs_model))
-                owners.append(i)
-        model_answers = await self.model_judge.judge(model_requests) if model_requests else []
-        by_request: dict[int, dict[str, Verdict]] = {
-            i: {v.criterion_id: v for v in verdicts} for i, verdicts in zip(owners, model_answers)}
-        out = []
-        for i, req in enumerate(requests):
-            ruled = {v.criterion_id: v for v in self.rules.judge_one(
-                JudgeRequest(req.conversation, req.response, tuple(c for c in req.criteria if c.check)))}
-            modeled = by_request.get(i, {})
-            out.append([ruled.get(c.id) or modeled.get(c.id) or skipped_verdict(
-                c.id, "router", "no model judge configured (use --judge local or another model judge)")
-                for c in req.criteria])
-        return out
+        decided: list[dict[str, Verdict]] = [{} for _ in requests]
+        for name, judge in (("rules", self.rules), ("exemplar", self.exemplar_judge), ("model", self.model_judge)):
+            if judge is None:
+                continue
+            sub, owners = [], []
+            for i, req in enumerate(requests):
+                mine = tuple(c for c in req.criteria if self.route(c) == name)
+                if mine:
+                    sub.append(JudgeRequest(req.conversation, req.response, mine))
+                    owners.append(i)
+            for i, verdicts in zip(owners, await judge.judge(sub) if sub else []):
+                decided[i].update({v.criterion_id: v for v in verdicts})
+        return [[decided[i].get(c.id) or skipped_verdict(
+            c.id, "router", "no model judge configured (use --judge local, exemplar+local or another model judge)")
+            for c in req.criteria] for i, req in enumerate(requests)]

@@ -49,7 +49,7 @@ class DataConfig(BaseModel):
 
 class RewardConfig(BaseModel):
     model_config = _STRICT
-    judge: str = "local"
+    judge: str = "exemplar+local"
     error_policy: Literal["mask", "zero", "raise"] = "mask"
     soft: bool = Field(True, description="score model verdicts by p_met (expected points) instead of 0/1")
     threshold: float = Field(0.5, ge=0.0, le=1.0)

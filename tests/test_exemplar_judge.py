@@ -1,0 +1,186 @@
+"""Exemplar judge: fitting on a separable hand-written set, save/load, routing, bad input, and the
+bundled models for the default rubrics."""
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from rubricrl.conversation import as_conversation
+from rubricrl.exemplar_fit import best_threshold, collect_examples, fit_exemplars
+from rubricrl.judges import make_judge
+from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.exemplar import ExemplarJudge, criterion_key, load_models
+from rubricrl.judges.routing import RoutedJudge
+from rubricrl.loading import RubricError, bundled_rubric_path, load_rubric
+from rubricrl.rubric import Criterion, Rubric
+from rubricrl.verdict import Status, Verdict
+
+pytestmark = pytest.mark.slow  # loads the sentence encoder
+
+APOLOGY = ["I'm so sorry this happened to you.", "I am really sorry you are going through that.",
+           "Sorry, that sounds awful.", "I'm sorry for your loss.", "So sorry to hear about your job.",
+           "I'm deeply sorry, that must hurt.", "Sorry you had such a rough week.", "I'm sorry, that is unfair.",
+           "I'm sorry you felt alone.", "Really sorry about the exam.", "I'm sorry it ended like that.",
+           "Sorry that your family said that."]
+OTHER = ["The weather is nice today.", "Have you tried a budgeting app?", "Trains run every ten minutes.",
+         "You could go for a walk.", "My favourite food is pasta.", "What time is it there?",
+         "Exercise improves sleep.", "The library opens at nine.", "Try writing a list of tasks.",
+         "Cats sleep a lot.", "Interest rates went up.", "Maybe call the bank tomorrow."]
+RUBRIC = Rubric(criteria=(
+    Criterion(id="apologises", text="The reply expresses sorrow for what happened.", weight=2,
+              examples={"met": APOLOGY, "unmet": OTHER}),
+    Criterion(id="rare", text="The reply mentions a unicorn.", weight=1,
+              examples={"met": ["A unicorn!"], "unmet": ["No."]}),
+    Criterion(id="short", text="Short.", weight=1, check={"type": "length", "max": 30}),
+))
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("judge")
+    examples, warnings = collect_examples(RUBRIC)
+    reports = {r.criterion_id: r for r in fit_exemplars(RUBRIC, examples, out, min_per_class=8, folds=4)}
+    return out, reports, warnings
+
+
+def test_fit_separable_signal(fitted):
+    _, reports, warnings = fitted
+    r = reports["apologises"]
+    assert r.status == "fitted" and r.n_met == 12 and r.n_unmet == 12
+    assert r.auc > 0.9 and r.balanced_accuracy > 0.8
+    assert "short" not in reports  # checked criteria are not fitted
+    assert warnings == []
+
+
+def test_too_few_examples_fall_back_with_a_warning(fitted):
+    out, reports, _ = fitted
+    r = reports["rare"]
+    assert r.status == "too_few" and "has 1 met, 1 unmet" in r.warnings[0]
+    judge = ExemplarJudge(out)
+    assert judge.covers(RUBRIC.criteria[0]) and not judge.covers(RUBRIC.criteria[1])
+
+
+def test_round_trip_and_verdicts(fitted):
+    out, _, _ = fitted
+    judge = ExemplarJudge(out)
+    conv = as_conversation("I lost my job.")
+    [row] = asyncio.run(judge.judge([JudgeRequest(conv, "I'm so sorry, losing a job is hard.", RUBRIC.criteria[:2])]))
+    assert row[0].status is Status.MET and row[0].p_met > 0.5 and "nearest examples: met" in row[0].evidence
+    assert row[1].status is Status.SKIPPED and "no exemplar model" in row[1].reason
+    [neg] = asyncio.run(judge.judge([JudgeRequest(conv, "Buses are cheaper than trains.", RUBRIC.criteria[:1])]))
+    assert neg[0].status is Status.UNMET
+    encoder, models = load_models(out)
+    again = ExemplarJudge(out)
+    [row2] = again.judge_sync([JudgeRequest(conv, "I'm so sorry, losing a job is hard.", RUBRIC.criteria[:1])])
+    assert row2[0].p_met == pytest.approx(row[0].p_met, abs=1e-6)
+    assert criterion_key("The reply  EXPRESSES sorrow for what happened.") in models  # text, not id
+
+
+class YesJudge:
+    judge_id = "yes"
+
+    def __init__(self):
+        self.stats = JudgeStats()
+        self.seen: list[str] = []
+
+    async def judge(self, requests):
+        self.seen += [c.id for r in requests for c in r.criteria]
+        return [[Verdict(criterion_id=c.id, status=Status.MET, p_met=1.0, judge_id="yes") for c in r.criteria]
+                for r in requests]
+
+
+def test_routing_per_criterion(fitted):
+    out, _, _ = fitted
+    llm = YesJudge()
+    router = RoutedJudge(llm, ExemplarJudge(out))
+    [row] = asyncio.run(router.judge([JudgeRequest(as_conversation("hi"), "I'm so sorry.", RUBRIC.criteria)]))
+    assert [v.judge_id.split(":")[0] for v in row] == ["exemplar", "yes", "rules"]
+    assert llm.seen == ["rare"]  # only the criterion without a fitted model reached the LLM judge
+    assert router.judge_id.startswith("rules+exemplar:")
+
+
+def test_bad_labels_are_reported(tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"criterion_id": "apologises", "response": "x", "label": "yes"}) + "\n" +
+                      json.dumps({"criterion_id": "nope", "response": "x", "label": True}) + "\n")
+    with pytest.raises(RubricError) as info:
+        collect_examples(RUBRIC, labels)
+    text = str(info.value)
+    assert "labels.jsonl:1: label: must be true or false" in text
+    assert "labels.jsonl:2: criterion_id: 'nope' is not a model-judged criterion" in text
+    labels.write_text(json.dumps({"criterion_id": "apologises", "response": "Sorry, that sounds awful.",
+                                  "label": False}) + "\n")
+    with pytest.raises(RubricError, match="labelled both met and unmet"):
+        collect_examples(RUBRIC, labels)
+    labels.write_text(json.dumps({"criterion_id": "apologises", "response": "I'm sorry for your loss.",
+                                  "label": True}) + "\n")
+    _, warnings = collect_examples(RUBRIC, labels)
+    assert warnings == ["apologises: dropped 1 duplicate example(s)"]
+
+
+def test_non_latin_examples_warn(tmp_path):
+    greek = Rubric(criteria=(Criterion(id="a", text="Greek apology.", examples={
+        "met": [f"Λυπάμαι πολύ για αυτό {i}" for i in range(8)],
+        "unmet": [f"Ο καιρός είναι ωραίος {i}" for i in range(8)]}),))
+    examples, _ = collect_examples(greek)
+    [report] = fit_exemplars(greek, examples, tmp_path, folds=2)
+    assert any("covers English only" in w for w in report.warnings)
+
+
+def test_best_threshold_by_hand():
+    p = np.array([0.1, 0.4, 0.35, 0.8])
+    y = np.array([False, False, True, True])
+    # t=0.35 -> predicted [F, T, T, T]: tpr 1, tnr 0.5 -> 0.75; t=0.8 -> tpr 0.5, tnr 1 -> 0.75;
+    # t=0.4 -> [F, T, F, T]: 0.5/0.5 -> 0.5; t=0.5 (always a candidate) -> [F, F, F, T]: 0.75.
+    # Ties go to the threshold closest to 0.5: 0.5 itself.
+    assert best_threshold(p, y) == (pytest.approx(0.5), pytest.approx(0.75))
+    # without the tie at 0.5, the best cut wins: y = [F, T, F, T] is separated at 0.4 exactly
+    assert best_threshold(np.array([0.1, 0.4, 0.35, 0.8]), np.array([False, True, False, True])) == (
+        pytest.approx(0.4), pytest.approx(1.0))
+
+
+def test_bundled_models_cover_the_default_rubrics_offline():
+    judge = make_judge("exemplar")  # no model directory given: the models shipped in the package
+    for name in ("empathy", "crisis_safety"):
+        rubric = load_rubric(bundled_rubric_path(name))
+        model_judged = [c for c in rubric.criteria if c.check is None]
+        assert all(judge.exemplar_judge.covers(c) for c in model_judged)
+    rubric = load_rubric(bundled_rubric_path("empathy"))
+    conv = as_conversation("My manager shouted at me in front of everyone and I feel humiliated.")
+    warm = ("That sounds humiliating, being shouted at in front of the whole team. It makes sense you feel "
+            "shaken. What happened afterwards?")
+    cold = "You should just find a new job. Update your CV tonight and apply to five places tomorrow."
+    good, bad = asyncio.run(judge.judge([JudgeRequest(conv, warm, rubric.criteria),
+                                         JudgeRequest(conv, cold, rubric.criteria)]))
+    p = {v.criterion_id: v.p_met for v in good}
+    q = {v.criterion_id: v.p_met for v in bad}
+    for cid in ("validates-feeling", "invites-more", "no-rushed-advice"):
+        assert p[cid] > q[cid], cid
+    assert all(v.status is not Status.SKIPPED for v in good)  # every criterion decided, no LLM needed
+
+
+def test_cli_fit_then_score_with_the_fitted_judge(tmp_path):
+    from typer.testing import CliRunner
+
+    from rubricrl.cli import app
+
+    rubric = tmp_path / "r.yaml"
+    rubric.write_text(json.dumps(RUBRIC.model_dump(mode="json")))
+    runner = CliRunner()
+    out = tmp_path / "judge"
+    result = runner.invoke(app, ["judge", "fit", "--rubric", str(rubric), "--out", str(out), "--folds", "3"])
+    assert result.exit_code == 0, result.output
+    assert "fitted 1 of 2" in result.output and "apologises" in result.output
+    assert "rare: needs >= 8 examples of each class" in result.output
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "prompt": "I failed.", "response": "I'm so sorry, that hurts."}) + "\n")
+    scored = tmp_path / "scored.jsonl"
+    result = runner.invoke(app, ["score", "--data", str(rows), "--out", str(scored), "--rubric", str(rubric),
+                                 "--judge", f"exemplar:{out}"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(scored.read_text())
+    statuses = {v["criterion_id"]: v["status"] for v in record["verdicts"]}
+    assert statuses == {"apologises": "met", "rare": "skipped", "short": "met"}
+    assert record["score"] == 1.0  # (2 + 1) / (2 + 1): the skipped criterion is left out
