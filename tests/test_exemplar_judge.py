@@ -99,6 +99,10 @@ def test_routing_per_criterion(fitted):
     assert [v.judge_id.split(":")[0] for v in row] == ["exemplar", "yes", "rules"]
     assert llm.seen == ["rare"]  # only the criterion without a fitted model reached the LLM judge
     assert router.judge_id.startswith("rules+exemplar:")
+    # a criterion may prefer the LLM judge even when an exemplar model covers it
+    prefers_llm = RUBRIC.criteria[0].model_copy(update={"judge": "llm"})
+    [row] = asyncio.run(router.judge([JudgeRequest(as_conversation("hi"), "I'm so sorry.", (prefers_llm,))]))
+    assert row[0].judge_id == "yes" and llm.seen[-1] == "apologises"
 
 
 def test_bad_labels_are_reported(tmp_path):

@@ -113,6 +113,7 @@ class Criterion(BaseModel):
     tags: tuple[str, ...] = ()
     check: Check | None = None
     examples: Examples | None = None
+    judge: Literal["auto", "exemplar", "llm"] = "auto"  # which judge kind decides it (auto: see routing)
 
     @field_validator("text")
     @classmethod

@@ -23,9 +23,14 @@ class RoutedJudge:
         return self.model_judge.stats if self.model_judge else self.rules.stats
 
     def route(self, criterion) -> str:
+        """`rules` for a check; else the criterion's preference (`judge: exemplar | llm`) when that
+        judge can decide it; else an exemplar model if one fits, then the LLM judge."""
         if criterion.check is not None:
             return "rules"
-        if self.exemplar_judge is not None and self.exemplar_judge.covers(criterion):
+        has_exemplar = self.exemplar_judge is not None and self.exemplar_judge.covers(criterion)
+        if criterion.judge == "llm" and self.model_judge is not None:
+            return "model"
+        if has_exemplar:
             return "exemplar"
         return "model" if self.model_judge is not None else "none"
 
