@@ -20,6 +20,8 @@ rubrics_app = typer.Typer(no_args_is_help=True, help="Check rubric files.")
 app.add_typer(rubrics_app, name="rubrics")
 judge_app = typer.Typer(no_args_is_help=True, help="Fit and inspect judges.")
 app.add_typer(judge_app, name="judge")
+tactics_app = typer.Typer(no_args_is_help=True, help="Tactic labels, stickiness and classifiers.")
+app.add_typer(tactics_app, name="tactics")
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -159,6 +161,78 @@ def judge_fit(
     fitted = sum(r.status == "fitted" for r in reports)
     console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out}; use it with "
                   f"--judge exemplar:{out}+local", highlight=False)
+
+
+@tactics_app.command("classify")
+def tactics_classify(
+    in_: Annotated[Path, typer.Option("--in", help="Conversations JSONL: {id, messages: [{role, content}]}.")],
+    out: Annotated[Path, typer.Option(help="Labeled conversations JSONL.")],
+    classifier: Annotated[Optional[Path], typer.Option(help="Fitted classifier dir (default: bundled esconv8).")] = None,
+    threshold: Annotated[float, typer.Option(help="Probability for a tactic to be assigned.")] = 0.5,
+):
+    """Label every supporter (assistant) turn with its tactics and their probabilities."""
+    from .tactics.classifier import TacticClassifier
+    from .tactics.labeling import label_conversations
+
+    try:
+        model = TacticClassifier.load(classifier)
+        n = label_conversations(in_, out, model, threshold)
+    except (RubricError, FileNotFoundError) as exc:
+        fail(str(exc))
+    console.print(f"labeled {n} conversations into {out} ({model.taxonomy or 'custom'} tactics)", highlight=False)
+
+
+@tactics_app.command("stickiness")
+def tactics_stickiness(in_: Annotated[Path, typer.Option("--in", help="Labeled conversations JSONL.")]):
+    """P(a tactic recurs at the next supporter turn), per tactic and overall, and Jaccard overlap."""
+    from .tactics.labeling import file_stickiness
+
+    try:
+        s = file_stickiness(in_)
+    except (RubricError, FileNotFoundError) as exc:
+        fail(str(exc))
+    if s.overall is None:
+        fail("no pair of consecutive supporter turns in the file")
+    console.print(f"stickiness {s.overall:.3f} over {s.pairs} consecutive supporter-turn pairs; "
+                  f"mean Jaccard {s.jaccard:.3f}", highlight=False)
+    table = Table(title="per tactic")
+    for col in ("tactic", "stickiness", "share of turns"):
+        table.add_column(col)
+    for tactic, share in s.distribution.items():
+        sticky = s.per_tactic.get(tactic)
+        table.add_row(tactic, f"{sticky:.3f}" if sticky is not None else "-", f"{share:.1%}")
+    console.print(table)
+    console.print(json.dumps({"overall": s.overall, "jaccard": s.jaccard, "pairs": s.pairs,
+                              "per_tactic": s.per_tactic, "distribution": s.distribution}), highlight=False)
+
+
+@tactics_app.command("fit")
+def tactics_fit(
+    data: Annotated[str, typer.Option(help="Labeled JSONL {text, tactics|tactic, context?} or a taxonomy name/YAML.")],
+    out: Annotated[Path, typer.Option(help="Directory for the fitted classifier.")],
+    folds: Annotated[int, typer.Option(min=2)] = 5,
+):
+    """Fit the tactic classifier; report cross-validated accuracy, macro-F1 and the confusion matrix."""
+    from .tactics.classifier import TacticClassifier, cross_validate
+    from .tactics.labeling import fit_examples
+
+    try:
+        examples, names, taxonomy = fit_examples(data)
+        report = cross_validate(examples, names, folds=folds)
+        TacticClassifier.fit(examples, names, taxonomy=taxonomy).save(out)
+    except (RubricError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    console.print(f"{len(examples)} examples, {len(names)} tactics: {folds}-fold accuracy {report['accuracy']:.3f}, "
+                  f"macro-F1 {report['macro_f1']:.3f}", highlight=False)
+    table = Table(title="confusion matrix (rows: gold, columns: predicted)")
+    table.add_column("gold")
+    for j, _ in enumerate(names):
+        table.add_column(str(j), justify="right")
+    table.add_column("F1", justify="right")
+    for i, name in enumerate(names):
+        table.add_row(f"{i} {name}", *[str(v) for v in report["confusion"][i]], f"{report['per_class_f1'][name]:.2f}")
+    console.print(table)
+    console.print(f"saved to {out}", highlight=False)
 
 
 @app.command()

@@ -30,13 +30,24 @@ def load_encoder(name: str = DEFAULT_ENCODER):
         return _LOADED[name]
 
 
+_CACHE: dict[tuple[str, str], np.ndarray] = {}
+_CACHE_LIMIT = 200_000
+
+
 def embed(texts: Sequence[str], name: str = DEFAULT_ENCODER, batch_size: int = 64) -> np.ndarray:
-    """Unit-length embeddings, one row per text (float32)."""
+    """Unit-length embeddings, one row per text (float32); texts seen before in this process are
+    not encoded again (cross-validation and repeated completions re-use them)."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    model = load_encoder(name)
-    return np.asarray(model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
-                                   show_progress_bar=False), dtype=np.float32)
+    missing = list(dict.fromkeys(t for t in texts if (name, t) not in _CACHE))
+    if missing:
+        model = load_encoder(name)
+        vectors = np.asarray(model.encode(missing, batch_size=batch_size, normalize_embeddings=True,
+                                          show_progress_bar=False), dtype=np.float32)
+        if len(_CACHE) + len(missing) > _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE.update({(name, t): v for t, v in zip(missing, vectors)})
+    return np.stack([_CACHE[(name, t)] for t in texts])
 
 
 def latin_share(text: str) -> float:

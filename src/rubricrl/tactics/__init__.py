@@ -1,0 +1,1 @@
+"""Tactic diversity: taxonomies, a classifier for supporter turns, stickiness, novelty rewards."""
