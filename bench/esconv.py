@@ -56,3 +56,11 @@ def parse_line(line: str) -> Example:
 def load_esconv(path: Path = DEFAULT_PATH) -> list[Example]:
     with open(path, encoding="utf-8") as handle:
         return [parse_line(line) for line in handle if line.strip()]
+
+
+# ESConv's labels as spelled in the data -> the bundled esconv8 taxonomy's names.
+TO_ESCONV8 = {"Questions": "Question", "Other": "Others"}
+
+
+def previous_supporter(example: Example) -> Turn | None:
+    return next((t for t in reversed(example.context) if t.speaker == "supporter"), None)

@@ -178,3 +178,22 @@ def test_lora_run_trains_an_adapter(tmp_path):
     adapter = load_file(str(final / "adapter_model.safetensors"))
     lora_b = [v for k, v in adapter.items() if "lora_B" in k]
     assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero; a step moved it
+
+
+def test_novelty_reward_wired_into_training(tmp_path):
+    rows = []
+    for i in range(8):
+        rows.append({"id": f"h{i}", "prompt": [
+            {"role": "user", "content": f"I had a rough week at work, number {i}."},
+            {"role": "assistant", "content": "What happened this week?"},
+            {"role": "user", "content": "My boss ignored my ideas again."}]})
+    data = tmp_path / "history.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(tiny_config(tmp_path, "novelty", data={"train": str(data), "limit_heldout": None},
+                                  eval={"enabled": False}, reward={"novelty_weight": 0.5, "judge": "rules"}))
+    summary = run_training(cfg, log=lambda m: None)
+    assert summary["steps"] == 2
+    metrics = [m for m in read_jsonl(Path(cfg.output_dir) / "metrics.jsonl") if "reward" in m]
+    assert all("rewards/novelty/mean" in m for m in metrics)
+    for m in metrics:  # TRL's total is the weighted sum: rubric x 1.0 + novelty x 0.5
+        assert m["reward"] == pytest.approx(m["rewards/rubric/mean"] + 0.5 * m["rewards/novelty/mean"], abs=1e-4)

@@ -83,6 +83,25 @@ def _verdict_list(verdicts: list[dict]) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
+def _tactic_section(before: list[dict], after: list[dict]) -> str:
+    """Share of held-out completions using each tactic (bundled classifier), before vs after."""
+    try:
+        from .tactics.classifier import TacticClassifier, TurnExample
+
+        model = TacticClassifier.load()
+        shares = []
+        for records in (before, after):
+            labels = model.predict([TurnExample(r["completion"], frozenset(), r["prompt"]) for r in records])
+            shares.append({t: sum(t in set_ for set_ in labels) / max(len(labels), 1) for t in model.tactics})
+    except Exception as exc:  # noqa: BLE001 - the report must still be written; say what failed
+        return f"<h2>Tactics</h2><p class=note>tactic classification failed: {html.escape(str(exc))}</p>"
+    rows = "".join(f"<tr><td>{html.escape(t)}</td><td>{shares[0][t]:.0%}</td><td>{shares[1][t]:.0%}</td></tr>"
+                   for t in model.tactics)
+    return ("<h2>Tactics in held-out completions</h2><p class=note>Share of completions using each tactic "
+            f"(bundled {html.escape(model.taxonomy)} classifier; single-turn prompts, so no stickiness)</p>"
+            f"<table><tr><th>tactic</th><th>before</th><th>after</th></tr>{rows}</table>")
+
+
 def render_report(run_dir: Path) -> str:
     metrics = last_per_step(read_jsonl(run_dir / "metrics.jsonl"))
     samples = read_jsonl(run_dir / "samples.jsonl")
@@ -124,6 +143,7 @@ def render_report(run_dir: Path) -> str:
                          f"{html.escape(s.get('note', ''))}</span></td><td>{_verdict_list(s['verdicts'])}</td></tr>")
         parts.append("</table>")
     if before and after:
+        parts.append(_tactic_section(before, after))
         after_by_id = {r["id"]: r for r in after}
         parts.append("<h2>Held-out completions, before and after</h2><table><tr><th>prompt</th><th>before</th>"
                      "<th>after</th></tr>")

@@ -58,6 +58,9 @@ class RewardConfig(BaseModel):
     format_weight: float = 0.5
     length_max_words: int | None = Field(None, ge=1, description="add a length penalty beyond this many words")
     length_weight: float = 0.5
+    novelty_weight: float = Field(0.0, ge=0.0, description="λ: add λ · tactic novelty vs earlier assistant turns")
+    novelty_mode: Literal["overlap", "kl"] = "overlap"
+    tactic_classifier: str | None = Field(None, description="fitted tactic classifier dir (default: bundled)")
 
 
 class EvalConfig(BaseModel):

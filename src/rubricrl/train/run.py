@@ -101,6 +101,13 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     if config.reward.length_max_words:
         reward_funcs.append(LengthPenalty(config.reward.length_max_words))
         weights.append(config.reward.length_weight)
+    if config.reward.novelty_weight > 0:
+        from ..tactics.classifier import TacticClassifier
+        from ..tactics.novelty import NoveltyReward
+
+        reward_funcs.append(NoveltyReward(TacticClassifier.load(config.reward.tactic_classifier),
+                                          config.reward.novelty_mode))
+        weights.append(config.reward.novelty_weight)
 
     grpo = config.grpo_kwargs()
     grpo.setdefault("bf16", torch.cuda.is_available())
