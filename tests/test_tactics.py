@@ -139,3 +139,34 @@ def test_novelty_reward_on_histories():
                                         [{"role": "assistant", "content": "I went through this too last year."}],
                                         [{"role": "assistant", "content": "x"}]])
     assert repeat < new
+
+
+def test_judge_based_classifier_uses_any_judge(tmp_path):
+    from typer.testing import CliRunner
+
+    from rubricrl.cli import app
+    from rubricrl.judges.base import JudgeStats
+    from rubricrl.tactics.classifier import TurnExample
+    from rubricrl.tactics.judge_classifier import JudgeTacticClassifier
+    from rubricrl.verdict import Status, Verdict
+
+    class KeywordJudge:  # a stand-in backend: 'met' when the tactic's name appears in the reply
+        judge_id, stats = "kw", JudgeStats()
+
+        async def judge(self, requests):
+            return [[Verdict(criterion_id=c.id, status=Status.MET if c.text.split(": ")[1].split(".")[0].lower()
+                             in r.response.lower() else Status.UNMET,
+                             p_met=0.9 if c.text.split(": ")[1].split(".")[0].lower() in r.response.lower()
+                             else 0.1, judge_id="kw") for c in r.criteria] for r in requests]
+
+    clf = JudgeTacticClassifier(load_taxonomy("mint10"), KeywordJudge())
+    probs = clf.probabilities([TurnExample("some advice for you", frozenset())])
+    assert probs.shape == (1, 10) and probs[0][clf.tactics.index("advice")] == 0.9
+    assert clf.predict([TurnExample("some advice for you", frozenset())]) == [{"advice"}]
+    conversations = tmp_path / "c.jsonl"
+    conversations.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                      {"role": "assistant", "content": "Do you have a question?"}]}) + "\n")
+    result = CliRunner().invoke(app, ["tactics", "classify", "--in", str(conversations), "--out",
+                                      str(tmp_path / "o.jsonl"), "--judge", "rules"])
+    # the rules judge cannot decide principles: refused, not read as "no tactic"
+    assert result.exit_code == 2 and "did not decide the tactic criteria" in result.output

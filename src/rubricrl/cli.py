@@ -169,15 +169,23 @@ def tactics_classify(
     out: Annotated[Path, typer.Option(help="Labeled conversations JSONL.")],
     classifier: Annotated[Optional[Path], typer.Option(help="Fitted classifier dir (default: bundled esconv8).")] = None,
     threshold: Annotated[float, typer.Option(help="Probability for a tactic to be assigned.")] = 0.5,
+    judge: Annotated[Optional[str], typer.Option(help="Use a judge instead of the classifier, e.g. local:MODEL.")] = None,
+    taxonomy: Annotated[str, typer.Option(help="Taxonomy for --judge (bundled name or YAML).")] = "esconv8",
 ):
     """Label every supporter (assistant) turn with its tactics and their probabilities."""
+    from .judges import make_judge
     from .tactics.classifier import TacticClassifier
+    from .tactics.judge_classifier import JudgeTacticClassifier
     from .tactics.labeling import label_conversations
+    from .tactics.taxonomy import load_taxonomy
 
     try:
-        model = TacticClassifier.load(classifier)
+        if judge is not None:
+            model = JudgeTacticClassifier(load_taxonomy(taxonomy), make_judge(judge))
+        else:
+            model = TacticClassifier.load(classifier)
         n = label_conversations(in_, out, model, threshold)
-    except (RubricError, FileNotFoundError) as exc:
+    except (RubricError, FileNotFoundError, ValueError) as exc:  # JudgeSpecError is a ValueError
         fail(str(exc))
     console.print(f"labeled {n} conversations into {out} ({model.taxonomy or 'custom'} tactics)", highlight=False)
 

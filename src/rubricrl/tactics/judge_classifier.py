@@ -1,0 +1,41 @@
+"""Judge-based tactic classifier: each tactic becomes a rubric criterion ("The reply uses this
+tactic: ...") decided by any judge backend. Useful with a strong LLM judge; same interface as
+TacticClassifier (`tactics`, `probabilities`, `predict`, `labels`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..conversation import as_conversation
+from ..judges.base import Judge, JudgeRequest
+from ..rubric import Criterion
+from ..verdict import Status
+from .classifier import TacticClassifier, TurnExample
+from .taxonomy import Taxonomy
+
+
+class JudgeTacticClassifier:
+    def __init__(self, taxonomy: Taxonomy, judge: Judge):
+        self.taxonomy, self.judge = taxonomy.name, judge
+        self.tactics = taxonomy.names
+        self.criteria = tuple(
+            Criterion(id=f"t{i}", text=f"The reply uses this tactic: {t.name}. {t.description}".strip())
+            for i, t in enumerate(taxonomy.tactics))
+
+    def probabilities(self, turns: Sequence[TurnExample]) -> np.ndarray:
+        """P(tactic) per turn; an `error` verdict counts as 0 (and is in the judge's stats); a judge that
+        skips the criteria (e.g. `rules`) is refused rather than read as 'no tactic'."""
+        requests = [JudgeRequest(as_conversation(t.context or "(start of conversation)"), t.text, self.criteria)
+                    for t in turns]
+        answers = asyncio.run(self.judge.judge(requests)) if requests else []
+        if any(v.status is Status.SKIPPED for row in answers for v in row):
+            raise ValueError(f"judge {self.judge.judge_id!r} did not decide the tactic criteria (skipped); "
+                             "use a model judge such as local:MODEL")
+        return np.array([[v.p_met if v.p_met is not None else 0.0 for v in row] for row in answers]).reshape(
+            len(turns), len(self.tactics))
+
+    predict = TacticClassifier.predict
+    labels = TacticClassifier.labels
