@@ -3,11 +3,14 @@ Used by benchmarks and tests only; the data is never shipped in the package."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "shared" / "data" / "esconv" / "devWithStrategy_short.tsv"
+# ../shared beside the checkout (as on the project's machines and in CI); override with ESCONV_TSV.
+DEFAULT_PATH = Path(os.environ.get("ESCONV_TSV") or Path(__file__).resolve().parents[2] / "shared" / "data" / "esconv"
+                    / "devWithStrategy_short.tsv")
 
 # Each ESConv strategy read as a rubric criterion (the wording is ours).
 STRATEGY_CRITERIA = {

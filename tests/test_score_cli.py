@@ -215,6 +215,14 @@ def test_lint_ok_and_problems(tmp_path, rubric_file):
     assert result.exit_code == 1 and "rows.jsonl:1: criteria[0].weight" in result.output
 
 
+def test_rubric_option_takes_a_bundled_name(tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["score", "--data", str(write_rows(tmp_path / "r.jsonl", ROWS[:1])),
+                                 "--out", str(out), "--rubric", "empathy", "--judge", "rules"])
+    assert result.exit_code == 0, result.output
+    assert len(read_out(out)[0]["verdicts"]) == 8
+
+
 def test_bundled_rubric_lints():
     from importlib.resources import files
 

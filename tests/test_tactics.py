@@ -13,7 +13,8 @@ from rubricrl.tactics.metrics import stickiness
 from rubricrl.tactics.novelty import kl_novelty, overlap_novelty
 from rubricrl.tactics.taxonomy import load_taxonomy
 
-ESCONV = Path(__file__).resolve().parents[2] / "shared" / "data" / "esconv" / "devWithStrategy_short.tsv"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from esconv import DEFAULT_PATH as ESCONV  # noqa: E402  (../shared beside the checkout, or $ESCONV_TSV)
 
 
 def test_stickiness_single_labels_by_hand():
@@ -37,9 +38,9 @@ def test_stickiness_multi_labels_by_hand():
 
 
 def test_esconv_gold_stickiness_matches_an_independent_count():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from esconv import load_esconv, previous_supporter
 
+    assert ESCONV.is_file(), f"ESConv data not found at {ESCONV}: shared/ must sit beside the checkout"
     pairs = []
     for ex in load_esconv(ESCONV):
         prev = previous_supporter(ex)

@@ -74,7 +74,8 @@ def lint(files: Annotated[list[Path], typer.Argument(help="Rubric YAML/JSON file
 def score(
     data: Annotated[Path, typer.Option(help="JSONL rows: prompt (or messages), response, optional rubric.")],
     out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume).")],
-    rubric: Annotated[Optional[Path], typer.Option(help="Rubric file for rows without their own rubric.")] = None,
+    rubric: Annotated[Optional[Path], typer.Option(help="Rubric file or bundled name (empathy, crisis_safety) "
+                                                        "for rows without their own rubric.")] = None,
     judge: Annotated[str, typer.Option(help="`rules`, `local[:MODEL]`, `exemplar[:DIR]`, or a `+` mix "
                                             "(default: bundled exemplar models, then the embedded LLM).")] = "exemplar+local",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
@@ -93,6 +94,10 @@ def score(
         fail(f"--data {data}: file not found")
     shared = None
     if rubric is not None:
+        from .loading import bundled_rubric_path
+
+        if not rubric.exists() and bundled_rubric_path(str(rubric)).is_file():
+            rubric = bundled_rubric_path(str(rubric))
         try:
             shared = load_rubric(rubric)
         except RubricError as exc:
