@@ -171,3 +171,20 @@ def test_judge_based_classifier_uses_any_judge(tmp_path):
                                       str(tmp_path / "o.jsonl"), "--judge", "rules"])
     # the rules judge cannot decide principles: refused, not read as "no tactic"
     assert result.exit_code == 2 and "did not decide the tactic criteria" in result.output
+
+
+def test_judge_classifier_refuses_error_verdicts():
+    from rubricrl.judges.base import JudgeStats
+    from rubricrl.tactics.classifier import TurnExample
+    from rubricrl.tactics.judge_classifier import JudgeTacticClassifier
+    from rubricrl.verdict import error_verdict
+
+    class FailingJudge:
+        judge_id, stats = "failing", JudgeStats()
+
+        async def judge(self, requests):
+            return [[error_verdict(c.id, "failing", "http: 500") for c in r.criteria] for r in requests]
+
+    clf = JudgeTacticClassifier(load_taxonomy("esconv8"), FailingJudge())
+    with pytest.raises(ValueError, match="failed on tactic criteria: http: 500"):
+        clf.probabilities([TurnExample("hello", frozenset())])

@@ -12,12 +12,21 @@ import math
 import re
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo,
+                      field_validator, model_validator)
 
 CRITERION_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]*$"
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
-Number = Annotated[float, Field(strict=True)]
+
+
+def _finite(value: float, info: ValidationInfo) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"{info.field_name} must be a finite number")
+    return float(value)
+
+
+Number = Annotated[float, Field(strict=True), AfterValidator(_finite)]  # "3", NaN and inf are rejected
 
 
 class RegexCheck(BaseModel):
@@ -122,13 +131,6 @@ class Criterion(BaseModel):
             raise ValueError("criterion text is blank")
         return value.strip()
 
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("weight must be a finite number")
-        return float(value)
-
     def content_hash(self) -> str:
         """Hash of everything that decides a verdict (not the weight or tags)."""
         payload = {"text": self.text, "kind": self.kind,
@@ -145,13 +147,6 @@ class Rubric(BaseModel):
     criteria: tuple[Criterion, ...] = Field(min_length=1)
     hard_rule_gate: Number = 0.0
     _hash: str | None = PrivateAttr(default=None)
-
-    @field_validator("hard_rule_gate")
-    @classmethod
-    def _finite_gate(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("hard_rule_gate must be a finite number")
-        return float(value)
 
     @model_validator(mode="after")
     def _coherent(self) -> Rubric:

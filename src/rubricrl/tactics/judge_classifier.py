@@ -26,16 +26,19 @@ class JudgeTacticClassifier:
             for i, t in enumerate(taxonomy.tactics))
 
     def probabilities(self, turns: Sequence[TurnExample]) -> np.ndarray:
-        """P(tactic) per turn; an `error` verdict counts as 0 (and is in the judge's stats); a judge that
-        skips the criteria (e.g. `rules`) is refused rather than read as 'no tactic'."""
+        """P(tactic) per turn. Error or skipped verdicts (a failing judge, or `rules`, which cannot
+        decide them) raise instead of being read as 'no tactic'."""
         requests = [JudgeRequest(as_conversation(t.context or "(start of conversation)"), t.text, self.criteria)
                     for t in turns]
         answers = asyncio.run(self.judge.judge(requests)) if requests else []
         if any(v.status is Status.SKIPPED for row in answers for v in row):
             raise ValueError(f"judge {self.judge.judge_id!r} did not decide the tactic criteria (skipped); "
                              "use a model judge such as local:MODEL")
-        return np.array([[v.p_met if v.p_met is not None else 0.0 for v in row] for row in answers]).reshape(
-            len(turns), len(self.tactics))
+        errors = sorted({v.reason for row in answers for v in row if v.status is Status.ERROR})
+        if errors:  # a failed verdict is not evidence that a tactic is absent
+            raise ValueError(f"judge {self.judge.judge_id!r} failed on tactic criteria: {'; '.join(errors)[:300]}")
+        return np.array([[v.p_met if v.p_met is not None else float(v.status is Status.MET) for v in row]
+                         for row in answers]).reshape(len(turns), len(self.tactics))
 
     predict = TacticClassifier.predict
     labels = TacticClassifier.labels

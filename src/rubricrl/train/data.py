@@ -6,7 +6,6 @@ Every row must resolve to a rubric (its own or the shared one) before any model 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,6 +112,3 @@ def _rows(path: Path, prompt_field: str, shared: Rubric | None, rubrics: dict[st
         raise RubricError(problems[:20])
     return out
 
-
-def rows_as_jsonl(rows: list[PromptRow]) -> str:
-    return "".join(json.dumps({"id": r.id, "prompt": r.messages, "split": r.split}) + "\n" for r in rows)

@@ -74,7 +74,6 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
 
     from ..report import write_report
     from .buffer import SelectiveSampleBuffer
-    from .evaluate import evaluate
     from .trainer import RubricGRPOTrainer, RunFilesCallback
 
     started = time.time()
@@ -89,7 +88,7 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     summary: dict = {"run_dir": str(run_dir), "model": config.model}
     if eval_judge is not None:
         summary["before"] = _evaluate_once(run_dir / "eval_before.jsonl", model, tokenizer, data, eval_judge,
-                                           config.eval.max_new_tokens, evaluate, log, "before")
+                                           config.eval.max_new_tokens, log, "before")
 
     judged_span = "response" if config.reward.structured else None
     rubric_reward = RubricReward(reward_judge, None, error_policy=config.reward.error_policy,
@@ -140,7 +139,7 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
 
     if eval_judge is not None:
         summary["after"] = _evaluate_once(run_dir / "eval_after.jsonl", trainer.model, tokenizer, data, eval_judge,
-                                          config.eval.max_new_tokens, evaluate, log, "after", reuse=False)
+                                          config.eval.max_new_tokens, log, "after", reuse=False)
     summary["reward_totals"] = dict(rubric_reward.totals)
     summary["steps"] = trainer.state.global_step
     summary["seconds"] = round(time.time() - started, 1)
@@ -149,13 +148,14 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     return summary
 
 
-def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, evaluate, log, label,
+def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, log, label,
                    reuse: bool = True) -> dict | None:
     """Held-out evaluation written to `path`; a resumed run reuses an existing 'before' file."""
+    from ..scoring import bootstrap
+    from .evaluate import evaluate
+
     if reuse and path.is_file():
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        from ..scoring import bootstrap
-
         scores = [r["score"] for r in records if r["score"] is not None]
         estimate = bootstrap(scores) if scores else None
     else:
