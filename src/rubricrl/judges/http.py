@@ -1,0 +1,135 @@
+"""Judge through an OpenAI-compatible endpoint, in one of four modes:
+
+- `per_criterion`: one call per criterion, JSON `{explanation, criteria_met}` (HealthBench grader semantics);
+- `batched`: one call per response returning `{id, met, evidence}` for every criterion; items that are
+  missing, duplicated or malformed are re-asked alone with a per-criterion call;
+- `logprob`: the yes/no prompt with `max_tokens=1`, P(yes) read from `top_logprobs` (soft verdicts);
+- `implicit`: Rubrics-as-Rewards holistic rating 1-10 against the whole rubric, normalised to [0, 1]
+  and given as `p_met` to every positive criterion (pitfalls are folded into the rating and `skipped`).
+
+A failed call (after the endpoint's bounded retries), an unparsable answer, a refusal or a length
+stop is an `error` verdict whose reason starts with that cause; it is never a silent `unmet`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Literal
+
+from ..endpoint import ChatEndpoint, ChatResult, logprob_yes
+from ..verdict import Status, Verdict, error_verdict, skipped_verdict
+from . import http_prompts as prompts
+from .base import JudgeRequest, JudgeStats
+
+Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
+MODES = ("per_criterion", "batched", "logprob", "implicit")
+ANSWER_TOKENS = {"per_criterion": 200, "batched": 120, "logprob": 1, "implicit": 200}  # batched: per criterion
+
+
+class HTTPJudge:
+    def __init__(self, endpoint: ChatEndpoint, mode: Mode = "per_criterion", *, label: str | None = None,
+                 threshold: float = 0.5, max_tokens: int | None = None):
+        if mode not in MODES:
+            raise ValueError(f"unknown HTTP judge mode {mode!r}; use one of {', '.join(MODES)}")
+        self.endpoint, self.mode, self.threshold = endpoint, mode, threshold
+        self.max_tokens = max_tokens
+        name = label or (endpoint.config.model if endpoint.config.model != "default" else endpoint.config.base_url)
+        self.judge_id = f"http:{name}/{mode}@{prompts.PROMPT_VERSION}" + (f",t={threshold:g}" if threshold != 0.5 else "")
+        self.stats = JudgeStats()
+        self.reasks = 0  # batched items re-asked alone
+
+    async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
+        before = (self.endpoint.stats.calls, self.endpoint.stats.prompt_tokens + self.endpoint.stats.completion_tokens)
+        out = list(await asyncio.gather(*(self._one(req) for req in requests)))
+        s = self.endpoint.stats
+        self.stats.model_calls += s.calls - before[0]
+        self.stats.tokens += s.prompt_tokens + s.completion_tokens - before[1]
+        for verdicts in out:
+            self.stats.count(verdicts)
+        return out
+
+    async def _one(self, req: JudgeRequest) -> list[Verdict]:
+        if not req.criteria:
+            return []
+        if not req.response.strip():
+            return [Verdict(criterion_id=c.id, status=Status.UNMET, p_met=0.0, judge_id=self.judge_id,
+                            reason="precheck: empty response cannot meet a criterion") for c in req.criteria]
+        if self.mode == "batched":
+            return await self._batched(req)
+        if self.mode == "implicit":
+            return await self._implicit(req)
+        single = self._logprob if self.mode == "logprob" else self._single
+        return list(await asyncio.gather(*(single(req, c) for c in req.criteria)))
+
+    def _tokens(self, n_criteria: int = 1) -> int:
+        return self.max_tokens or ANSWER_TOKENS[self.mode] * (n_criteria if self.mode == "batched" else 1)
+
+    def _failure(self, result: ChatResult, criterion_id: str, parse_problem: str) -> Verdict:
+        """The error verdict for a call that failed or whose content could not be used."""
+        if result.error:
+            return error_verdict(criterion_id, self.judge_id, result.error)
+        if result.finish_reason == "length":
+            reason = f"length: the answer hit max_tokens before it was complete ({parse_problem})"
+        else:
+            reason = f"parse: {parse_problem}; answer began {result.text[:80]!r}"
+        self.endpoint.count_error(reason.split(":", 1)[0])
+        return error_verdict(criterion_id, self.judge_id, reason)
+
+    def _decided(self, criterion_id: str, met: bool | None, p_met: float | None, evidence: str, tokens: int) -> Verdict:
+        if met is None:
+            met = p_met >= self.threshold
+        return Verdict(criterion_id=criterion_id, status=Status.MET if met else Status.UNMET,
+                       p_met=p_met if p_met is not None else float(met), evidence=evidence,
+                       judge_id=self.judge_id, tokens=tokens)
+
+    async def _single(self, req: JudgeRequest, criterion) -> Verdict:
+        result = await self.endpoint.complete(prompts.single_messages(req.conversation, req.response, criterion),
+                                              max_tokens=self._tokens(), json_schema=prompts.SINGLE_SCHEMA)
+        parsed = prompts.parse_single(result.text) if result.ok else None
+        if parsed is None:
+            return self._failure(result, criterion.id, 'no JSON object with a boolean "criteria_met"')
+        return self._decided(criterion.id, parsed[0], None, parsed[1], result.prompt_tokens + result.completion_tokens)
+
+    async def _logprob(self, req: JudgeRequest, criterion) -> Verdict:
+        result = await self.endpoint.complete(prompts.yesno_messages(req.conversation, req.response, criterion),
+                                              max_tokens=1, logprobs=20)
+        if not result.ok:
+            return error_verdict(criterion.id, self.judge_id, result.error)
+        if not result.has_logprobs:
+            self.endpoint.count_error("logprobs_unsupported")
+            return error_verdict(criterion.id, self.judge_id, "logprobs_unsupported: the server returned no "
+                                 "top_logprobs; use mode=per_criterion or batched with this server")
+        p = logprob_yes(result.top_logprobs[0]) if result.top_logprobs else None
+        if p is None:
+            self.endpoint.count_error("no_answer_token")
+            return error_verdict(criterion.id, self.judge_id, f"no_answer_token: neither yes nor no among the top "
+                                 f"tokens {list(result.top_logprobs[0])[:5] if result.top_logprobs else []}")
+        return self._decided(criterion.id, None, p, f"P(yes)={p:.3f}", result.prompt_tokens + result.completion_tokens)
+
+    async def _batched(self, req: JudgeRequest) -> list[Verdict]:
+        ids = [c.id for c in req.criteria]
+        result = await self.endpoint.complete(prompts.batch_messages(req.conversation, req.response, req.criteria),
+                                              max_tokens=self._tokens(len(ids)), json_schema=prompts.batch_schema(ids))
+        if not result.ok:  # the endpoint already retried; re-asking each criterion would multiply the load
+            return [error_verdict(cid, self.judge_id, result.error) for cid in ids]
+        answers = prompts.parse_batch(result.text, ids)
+        share = (result.prompt_tokens + result.completion_tokens) // len(ids)
+        missing = [c for c in req.criteria if c.id not in answers]
+        self.reasks += len(missing)
+        alone = dict(zip([c.id for c in missing], await asyncio.gather(*(self._single(req, c) for c in missing))))
+        return [alone[c.id] if c.id in alone else self._decided(c.id, answers[c.id][0], None, answers[c.id][1], share)
+                for c in req.criteria]
+
+    async def _implicit(self, req: JudgeRequest) -> list[Verdict]:
+        result = await self.endpoint.complete(prompts.rating_messages(req.conversation, req.response, req.criteria),
+                                              max_tokens=self._tokens(), json_schema=prompts.RATING_SCHEMA)
+        rating = prompts.parse_rating(result.text) if result.ok else None
+        if rating is None:
+            failure = self._failure(result, "", 'no JSON object with an integer "rating" from 1 to 10')
+            return [failure.model_copy(update={"criterion_id": c.id}) for c in req.criteria]
+        p = (rating - 1) / 9
+        share = (result.prompt_tokens + result.completion_tokens) // len(req.criteria)
+        return [self._decided(c.id, None, p, f"holistic rating {rating}/10", share) if c.weight > 0 else
+                skipped_verdict(c.id, self.judge_id, f"implicit: folded into the holistic rating {rating}/10")
+                for c in req.criteria]
