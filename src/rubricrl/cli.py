@@ -76,8 +76,9 @@ def score(
     out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume).")],
     rubric: Annotated[Optional[Path], typer.Option(help="Rubric file or bundled name (empathy, crisis_safety) "
                                                         "for rows without their own rubric.")] = None,
-    judge: Annotated[str, typer.Option(help="`rules`, `local[:MODEL]`, `exemplar[:DIR]`, or a `+` mix "
-                                            "(default: bundled exemplar models, then the embedded LLM).")] = "exemplar+local",
+    judge: Annotated[str, typer.Option(help="`rules`, `local[:MODEL]`, `exemplar[:DIR]`, `openai:URL?mode=...`, "
+                                            "`llamacpp[:FILE.gguf]`, or a `+` mix (default: bundled exemplar "
+                                            "models, then the embedded LLM).")] = "exemplar+local",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
     cache_path: Annotated[Optional[Path], typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
     threshold: Annotated[float, typer.Option(help="P(yes) at or above which a model verdict is `met`.")] = 0.5,
@@ -127,6 +128,12 @@ def score(
         hits = getattr(model, "hits", None)
         console.print(f"judge {model.judge_id}: {model.stats.model_calls} model calls, {model.stats.tokens} tokens"
                       + (f", cache hits {hits}, misses {model.misses}" if hits is not None else ""), highlight=False)
+    endpoint = getattr(getattr(model, "inner", model), "endpoint", None)
+    if endpoint is not None:
+        e = endpoint.stats
+        console.print(f"endpoint {endpoint.config.base_url}: {e.calls} calls, {e.retries} retries, "
+                      f"{e.prompt_tokens}+{e.completion_tokens} tokens, cost {e.cost:.4f}"
+                      + (f", failures {e.errors}" if e.errors else ""), highlight=False)
     console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
                   f"summary in {target}", highlight=False)
 
@@ -283,6 +290,34 @@ def train(
                           str(part["errors"]))
     console.print(table)
     console.print(f"{summary['steps']} steps in {summary['seconds']} s; report: {summary['report']}", highlight=False)
+
+
+@app.command("llama-server")
+def llama_server(
+    model: Annotated[Optional[str], typer.Option(help="A .gguf file (default: the embedded SmolLM2-135M).")] = None,
+    host: Annotated[str, typer.Option(help="Interface to bind; keep loopback unless you secure it.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    parallel: Annotated[int, typer.Option(min=1, help="Concurrent sequences (llama.cpp slots).")] = 4,
+    context: Annotated[int, typer.Option(min=256, help="Context tokens per slot.")] = 4096,
+    threads: Annotated[int, typer.Option(min=1, help="CPU threads.")] = 2,
+):
+    """Serve a GGUF model with llama.cpp's OpenAI-compatible API until interrupted (judge it with
+    `--judge openai:http://HOST:PORT/v1`)."""
+    import time
+
+    from .llama_server import LlamaServer
+    from .models import ModelNotFoundError
+
+    try:
+        server = LlamaServer(model, host=host, port=port, parallel=parallel, context=context, threads=threads).start()
+    except (ModelNotFoundError, RuntimeError) as exc:
+        fail(str(exc))
+    console.print(f"serving {server.model_path.name} at {server.url} (Ctrl-C to stop)", highlight=False)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
 
 
 @app.command()
