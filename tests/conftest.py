@@ -13,3 +13,18 @@ def local_judge():
     from rubricrl.judges.local import LocalJudge
 
     return LocalJudge()
+
+
+@pytest.fixture(scope="session")
+def llama_url():
+    """Base URL (ending in /v1) of a real llama.cpp server on loopback serving the embedded model:
+    the one `.ci/run` started (RUBRICRL_TEST_LLAMA_URL), else one started in this process."""
+    url = os.environ.get("RUBRICRL_TEST_LLAMA_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    from rubricrl.llama_server import LlamaServer
+
+    server = LlamaServer(parallel=4).start()
+    yield server.url
+    server.stop()

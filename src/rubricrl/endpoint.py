@@ -152,8 +152,9 @@ def _retry_after(response: httpx.Response) -> float | None:
 class ChatEndpoint:
     """`await endpoint.complete(messages, max_tokens=...)` -> ChatResult; safe to share across tasks."""
 
-    def __init__(self, config: EndpointConfig):
+    def __init__(self, config: EndpointConfig, *, transport: httpx.AsyncBaseTransport | None = None):
         self.config = config
+        self.transport = transport  # tests may inject an httpx transport
         self.stats = EndpointStats()
         self.breaker = CircuitBreaker(config.breaker_failures, config.breaker_cooldown)
         self.schema_supported: bool | None = None if config.structured_output == "auto" else (
@@ -171,8 +172,10 @@ class ChatEndpoint:
         key = os.environ.get(self.config.api_key_env, "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         limits = httpx.Limits(max_connections=self.config.concurrency, max_keepalive_connections=self.config.concurrency)
+        loopback = urlsplit(self.config.base_url).hostname in ("127.0.0.1", "localhost", "::1")
         self._client = httpx.AsyncClient(base_url=self.config.base_url, headers=headers, limits=limits,
-                                         timeout=httpx.Timeout(self.config.timeout))
+                                         timeout=httpx.Timeout(self.config.timeout), transport=self.transport,
+                                         trust_env=not loopback)  # never send loopback traffic through a proxy
         self._slots = asyncio.Semaphore(self.config.concurrency)
         self._rpm = AsyncLimiter(self.config.rpm, 60) if self.config.rpm else None
         self._tpm = AsyncLimiter(self.config.tpm, 60) if self.config.tpm else None
@@ -218,7 +221,7 @@ class ChatEndpoint:
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, _AttemptFailed) and exc.retry_after is not None:
             return min(exc.retry_after, self.config.backoff_max)
-        return wait_exponential_jitter(initial=self.config.backoff, max=self.config.backoff_max,
+        return wait_exponential_jitter(multiplier=self.config.backoff, max=self.config.backoff_max,
                                        jitter=self.config.backoff)(state)
 
     async def _attempt(self, body: dict, cost: int, result: ChatResult) -> None:

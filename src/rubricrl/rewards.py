@@ -72,6 +72,8 @@ class RubricReward:
             if text is not None and key not in unique:
                 unique[key] = len(requests)
                 requests.append(JudgeRequest(conv, text, rubric.criteria))
+        stats = getattr(self.judge, "stats", None)
+        before = (stats.model_calls, stats.tokens, stats.cost) if stats is not None else None
         answers = _run(self.judge.judge(requests)) if requests else []
         rewards: list[float | None] = []
         records = []
@@ -89,6 +91,10 @@ class RubricReward:
         self.totals["judged"] += len(requests)
         self.last_records = records
         _log_metrics(columns.get("log_metric"), self.__name__, records, len(requests), len(texts))
+        if before is not None and columns.get("log_metric") is not None:  # judge spend of this step
+            for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"), before,
+                                       (stats.model_calls, stats.tokens, stats.cost)):
+                columns["log_metric"](f"{self.__name__}/{key}", float(now - start))
         return rewards
 
     def _rubrics(self, column: Sequence[Any] | None, n: int) -> list[Rubric]:

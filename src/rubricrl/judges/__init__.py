@@ -88,7 +88,7 @@ def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
     mode = extra.pop("mode", "logprob" if kind == "llamacpp" else "per_criterion")
     if extra:
         raise JudgeSpecError(f"unknown key(s) {sorted(extra)} in judge spec {kind}:{arg}; known: mode, "
-                             f"{', '.join(k for k in config.model_fields if k != 'base_url')}")
+                             f"{', '.join(k for k in type(config).model_fields if k != 'base_url')}")
     if mode not in MODES:
         raise JudgeSpecError(f"unknown mode {mode!r} in judge spec; use one of {', '.join(MODES)}")
     judge = HTTPJudge(ChatEndpoint(config), mode, label=label, threshold=threshold)

@@ -24,6 +24,8 @@ class JudgeStats:
 
     model_calls: int = 0
     tokens: int = 0
+    retries: int = 0  # HTTP judges: attempts beyond the first
+    cost: float = 0.0  # HTTP judges: priced with the endpoint's cost_per_1k_* settings
     verdicts: int = 0
     errors: int = 0
     error_reasons: dict[str, int] = field(default_factory=dict)

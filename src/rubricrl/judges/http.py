@@ -40,11 +40,13 @@ class HTTPJudge:
         self.reasks = 0  # batched items re-asked alone
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
-        before = (self.endpoint.stats.calls, self.endpoint.stats.prompt_tokens + self.endpoint.stats.completion_tokens)
-        out = list(await asyncio.gather(*(self._one(req) for req in requests)))
         s = self.endpoint.stats
+        before = (s.calls, s.prompt_tokens + s.completion_tokens, s.retries, s.cost)
+        out = list(await asyncio.gather(*(self._one(req) for req in requests)))
         self.stats.model_calls += s.calls - before[0]
         self.stats.tokens += s.prompt_tokens + s.completion_tokens - before[1]
+        self.stats.retries += s.retries - before[2]
+        self.stats.cost += s.cost - before[3]
         for verdicts in out:
             self.stats.count(verdicts)
         return out
