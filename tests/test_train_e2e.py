@@ -197,3 +197,27 @@ def test_novelty_reward_wired_into_training(tmp_path):
     assert all("rewards/novelty/mean" in m for m in metrics)
     for m in metrics:  # TRL's total is the weighted sum: rubric x 1.0 + novelty x 0.5
         assert m["reward"] == pytest.approx(m["rewards/rubric/mean"] + 0.5 * m["rewards/novelty/mean"], abs=1e-4)
+
+
+def test_training_step_completes_with_a_failing_http_judge_under_mask(tmp_path, llama_url):
+    """GRPO steps with the reward judged over HTTP through a proxy that fails some calls: the step
+    completes, failed rows are masked (not zero), and the error count in the metrics matches the proxy."""
+    from fault_proxy import FaultProxy
+
+    with FaultProxy(llama_url[: -len("/v1")]) as proxy:
+        proxy.set_plan(["500", "drop", "garbage", "refusal"] + ["ok"] * 6 + ["500"] * 4)
+        spec = f"openai:{proxy.url}/v1?mode=logprob&max_retries=0&concurrency=1&breaker_failures=100"
+        cfg = load_config(tiny_config(tmp_path, "http", eval={"enabled": False},
+                                      reward={"judge": spec, "error_policy": "mask"}))
+        summary = run_training(cfg, log=lambda m: None)
+        faults = [f.kind for f in proxy.log]
+    assert summary["steps"] == 2
+    metrics = [m for m in read_jsonl(Path(cfg.output_dir) / "metrics.jsonl") if "rewards/rubric/mean" in m]
+    assert len(metrics) == 2
+    errors = sum(m["rubric/judge_errors"] for m in metrics)
+    assert errors == sum(kind != "ok" for kind in faults) == 8  # every injected failure is one error verdict
+    assert sum(m["rubric/masked"] for m in metrics) >= 1
+    assert sum(m["rubric/judge_calls"] for m in metrics) == len(faults)
+    samples = read_jsonl(Path(cfg.output_dir) / "samples.jsonl")
+    masked = [s for s in samples if s["reward"] is None]
+    assert masked and all(s["note"].startswith("judge error (mask)") for s in masked)
