@@ -123,6 +123,9 @@ def render_report(run_dir: Path) -> str:
              "which can differ from the reward judge, so a gain is not just the reward judge agreeing with "
              "itself. Overlapping intervals mean the change is not distinguishable from noise.</p>",
              "<h2>Reward</h2>", _line_plot(metrics, ["reward"], "mean reward per step", "reward"),
+             *([_line_plot(metrics, [k for k in keys if k.endswith("/final_emotion")],
+                           "simulated users' mean final emotion per step", "emotion (0-100)")]
+               if any(k.endswith("/final_emotion") for k in keys) else []),
              "<h2>Per-criterion pass rates</h2>",
              _line_plot(metrics, pass_keys, "pass rate per criterion (reward judge)", "pass rate"),
              "<h2>Groups with zero reward spread</h2>",

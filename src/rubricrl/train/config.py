@@ -102,6 +102,27 @@ class ScaffoldConfig(BaseModel):
     max_hints: int = Field(3, ge=1)
 
 
+class DialogueConfig(BaseModel):
+    """Multi-turn GRPO against simulated users (docs/dialogue.md)."""
+
+    model_config = _STRICT
+    enabled: bool = False
+    personas: str = Field("support_seekers", description="persona file (rubricrl or SAGE format) or bundled name")
+    limit: int | None = Field(None, ge=1, description="use only the first N personas")
+    user_model: str = Field("llamacpp", description="chat model playing the users: local[:MODEL], "
+                                                    "llamacpp[:FILE.gguf] or openai:URL?model=NAME")
+    max_turns: int = Field(3, ge=1, description="supporter turns per conversation")
+    start_emotion: float = Field(30, ge=0, le=100)
+    max_change: int = Field(10, ge=1)
+    max_new_tokens: int = Field(64, ge=1, description="tokens per policy turn")
+    reward_mode: Literal["final", "step", "mixed"] = "final"
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="mixed: weight of the discounted return")
+    gamma: float = Field(0.9, gt=0.0, le=1.0, description="mixed: discount per turn")
+    rubric_per: Literal["turn", "conversation"] | None = Field(None, description="add a rubric reward per turn "
+                                                                                   "or per conversation")
+    rubric_weight: float = Field(0.5, ge=0.0)
+
+
 class TrainConfig(BaseModel):
     model_config = _STRICT
     model: str = Field("smollm2-135m", description="policy: embedded name, hub id, directory or .gguf")
@@ -113,6 +134,7 @@ class TrainConfig(BaseModel):
     lora: LoraConfig | None = None
     buffer: BufferConfig = BufferConfig()
     scaffold: ScaffoldConfig = ScaffoldConfig()
+    dialogue: DialogueConfig = DialogueConfig()
     grpo: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("grpo")
@@ -138,6 +160,12 @@ class TrainConfig(BaseModel):
         if batch % gens:
             raise ValueError(f"grpo.per_device_train_batch_size ({batch}) must be a multiple of "
                              f"grpo.num_generations ({gens})")
+        if self.dialogue.enabled:
+            clashes = [name for name, on in (("scaffold", self.scaffold.enabled), ("buffer", self.buffer.enabled),
+                                             ("reward.structured", self.reward.structured),
+                                             ("reward.novelty_weight", self.reward.novelty_weight > 0)) if on]
+            if clashes:
+                raise ValueError(f"dialogue training does not combine with {', '.join(clashes)} yet; turn them off")
         return self
 
     def grpo_kwargs(self) -> dict[str, Any]:

@@ -78,6 +78,8 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
 
     started = time.time()
     run_dir = prepare_run_dir(config, resume)
+    if config.dialogue.enabled:
+        return _run_dialogue_training(config, run_dir, resume, log, started)
     data = load_prompt_data(config.data.train, config.data.heldout, config.rubric, config.data.prompt_field,
                             config.data.limit_train, config.data.limit_heldout)
     log(f"data: {len(data.train)} training prompts, {len(data.heldout)} held-out, {len(data.rubrics)} rubric(s)")
@@ -108,16 +110,8 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
                                           config.reward.novelty_mode))
         weights.append(config.reward.novelty_weight)
 
-    grpo = config.grpo_kwargs()
-    grpo.setdefault("bf16", torch.cuda.is_available())
-    grpo.setdefault("reward_weights", weights)
-    args = GRPOConfig(output_dir=str(run_dir / "checkpoints"), **grpo)
-    peft_config = None
-    if config.lora is not None:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                                 target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+    args = _grpo_args(config, run_dir, weights)
+    peft_config = _peft_config(config)
     buffer = None
     if config.buffer.enabled:
         buffer = SelectiveSampleBuffer(args.num_generations, capacity=config.buffer.capacity,
@@ -143,6 +137,76 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     summary["reward_totals"] = dict(rubric_reward.totals)
     summary["steps"] = trainer.state.global_step
     summary["seconds"] = round(time.time() - started, 1)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["report"] = str(write_report(run_dir))
+    return summary
+
+
+def _grpo_args(config: TrainConfig, run_dir: Path, weights: list[float]):
+    import torch
+    from trl import GRPOConfig
+
+    grpo = config.grpo_kwargs()
+    grpo.setdefault("bf16", torch.cuda.is_available())
+    grpo.setdefault("reward_weights", weights)
+    return GRPOConfig(output_dir=str(run_dir / "checkpoints"), **grpo)
+
+
+def _peft_config(config: TrainConfig):
+    if config.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.lora.r, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                      target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+
+
+def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log, started: float) -> dict:
+    """Multi-turn GRPO against simulated users (docs/dialogue.md): personas are the prompts, the
+    dialogue rollout plays the conversations, emotion (and optionally rubric) rewards score them."""
+    from datasets import Dataset
+
+    from ..chat import make_chat_model
+    from ..dialogue.grpo import DialogueRollout, opening_prompt
+    from ..dialogue.persona import load_personas
+    from ..dialogue.rewards import DialogueRubricReward, EmotionReward
+    from ..dialogue.user import SimulatedUser, UserSettings
+    from ..loading import bundled_rubric_path, load_rubric
+    from ..report import write_report
+    from .trainer import RubricGRPOTrainer, RunFilesCallback
+
+    d = config.dialogue
+    loaded = load_personas(d.personas)
+    for problem in loaded.problems:
+        log(f"skipped persona: {problem}")
+    personas = loaded.personas[: d.limit] if d.limit else loaded.personas
+    if not personas:
+        raise ValueError(f"dialogue.personas {d.personas}: no usable persona")
+    log(f"dialogue: {len(personas)} personas, user model {d.user_model}, {d.max_turns} turns, reward {d.reward_mode}")
+    settings = UserSettings(start_emotion=d.start_emotion, max_change=d.max_change, max_turns=d.max_turns)
+    user = SimulatedUser(make_chat_model(d.user_model), settings)
+    emotion = EmotionReward(d.reward_mode, max_change=d.max_change, alpha=d.alpha, gamma=d.gamma)
+    reward_funcs, weights = [emotion], [1.0]
+    if d.rubric_per is not None:
+        rubric_path = config.rubric if Path(config.rubric).exists() else bundled_rubric_path(config.rubric)
+        reward_funcs.append(DialogueRubricReward(make_judge(config.reward.judge, threshold=config.reward.threshold),
+                                                 load_rubric(rubric_path), d.rubric_per, soft=config.reward.soft))
+        weights.append(d.rubric_weight)
+    args = _grpo_args(config, run_dir, weights)
+    model, tokenizer = load_policy(config.model)
+    rollout = DialogueRollout(personas, user, max_new_tokens=d.max_new_tokens, seed=args.seed)
+    trainer = RubricGRPOTrainer(
+        model=model, reward_funcs=reward_funcs, args=args, processing_class=tokenizer,
+        train_dataset=Dataset.from_list([{"prompt": opening_prompt(p), "persona_id": p.id} for p in personas]),
+        peft_config=_peft_config(config), callbacks=[RunFilesCallback(run_dir, emotion)], rollout_func=rollout)
+    checkpoint = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
+    log(f"training: {args.max_steps} multi-turn GRPO steps, {args.num_generations} conversations per persona")
+    trainer.train(resume_from_checkpoint=True if checkpoint else None)
+    trainer.save_model(str(run_dir / "final"))
+    summary = {"run_dir": str(run_dir), "model": config.model, "dialogue": True,
+               "reward_totals": dict(emotion.totals), "steps": trainer.state.global_step,
+               "seconds": round(time.time() - started, 1),
+               "evaluate_with": f"rubricrl simulate --policy local:{run_dir / 'final'} --out {run_dir / 'simulate'}"}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     summary["report"] = str(write_report(run_dir))
     return summary
