@@ -30,7 +30,7 @@ def proxy(llama_url):
 
 
 def judge_for(proxy, mode="per_criterion", **settings):
-    config = EndpointConfig(base_url=proxy.url + "/v1", backoff=0.01, backoff_max=0.5, **{"timeout": 30, **settings})
+    config = EndpointConfig(base_url=proxy.url + "/v1", backoff=0.01, backoff_max=0.5, **{"timeout": 120, **settings})
     return HTTPJudge(ChatEndpoint(config), mode)
 
 
