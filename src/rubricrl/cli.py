@@ -70,6 +70,131 @@ def lint(files: Annotated[list[Path], typer.Argument(help="Rubric YAML/JSON file
         fail(f"{problems} problem(s) found", code=1)
 
 
+@rubrics_app.command("generate")
+def rubrics_generate(
+    data: Annotated[Path, typer.Option(help="JSONL rows: `prompt` (or `messages`) with an optional `reference`, or a "
+                                            "preference pair `prompt`, `chosen`, `rejected`.")],
+    out: Annotated[Path, typer.Option(help="Output JSONL of rows with their generated `rubric`; rows already in it are "
+                                           "skipped (resume). Rows without a rubric go to OUT.errors.jsonl.")],
+    generator: Annotated[str, typer.Option(help="Chat model that writes rubrics: `llamacpp[:FILE.gguf]` (default: the "
+                                                "embedded model, JSON-constrained; a rubric is a long answer, so give "
+                                                "HTTP models a long `timeout`), `local[:MODEL]`, "
+                                                "`openai:URL?model=NAME`.")] = "llamacpp?timeout=600",
+    judge: Annotated[str | None, typer.Option(help="Judge of the consistency filter for pair rows (default: the "
+                                                   "generator's own model).")] = None,
+    margin: Annotated[float, typer.Option(help="Keep a pair rubric only if score(chosen) - score(rejected) > MARGIN.")] = 0.0,
+    retries: Annotated[int, typer.Option(min=0, help="Extra attempts, with the problems fed back, before a row is "
+                                                     "reported as an error.")] = 2,
+    max_tokens: Annotated[int, typer.Option(min=16, help="Tokens per generator answer.")] = 1024,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rows generated at once.")] = 4,
+):
+    """Generate a rubric per prompt (Rubrics-as-Rewards style) or per preference pair (contrastive, kept
+    only if it prefers the chosen answer); every rubric is validated like a hand-written one."""
+    from .batch_scoring import count_lines
+    from .chat import make_chat_model
+    from .judges import JudgeSpecError, make_judge
+    from .models import ModelNotFoundError
+    from .rubric_generation import CATEGORY_WEIGHTS, default_judge_spec, generate_file
+
+    if not data.is_file():
+        fail(f"--data {data}: file not found")
+    try:
+        model = make_chat_model(generator)
+    except (ValueError, ModelNotFoundError, RuntimeError, OSError) as exc:
+        fail(f"--generator {generator}: {exc}")
+    judge_spec = judge or default_judge_spec(generator, model)
+    columns = (TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task("rows", total=count_lines(data))
+            s = generate_file(data, out, model, lambda: make_judge(judge_spec), margin=margin, retries=retries,
+                              max_tokens=max_tokens, concurrency=concurrency, on_row=lambda: progress.advance(task))
+    except (JudgeSpecError, ModelNotFoundError) as exc:
+        fail(f"--judge {judge_spec}: {exc}")
+    except ValueError as exc:
+        fail(str(exc))
+    table = Table(title=f"rubricrl rubrics generate ({model.name})", show_header=False)
+    table.add_row("rows", f"{s.rows} ({s.skipped_existing} already in {out})")
+    table.add_row("rubrics written", f"{s.written} (attempts used: "
+                  + (", ".join(f"{k}: {v}" for k, v in sorted(s.attempts.items())) or "-") + ")")
+    table.add_row("pair rubrics (consistency filter)", f"{s.kept} kept, {s.dropped} dropped "
+                  f"(judge {judge_spec}, margin {margin:g})")
+    table.add_row("generation errors", f"{s.errors} (after {retries + 1} attempt(s) each)")
+    table.add_row("invalid input rows", str(s.invalid))
+    table.add_row("weights", ", ".join(f"{k} {v:+g}" for k, v in CATEGORY_WEIGHTS.items()))
+    console.print(table)
+    if s.reasons:
+        err.print("[yellow]rows without a rubric[/]: " + ", ".join(f"{k} x{v}" for k, v in s.reasons.most_common())
+                  + f"; reasons per row in {s.errors_path}", highlight=False)
+    console.print(f"wrote {s.written} rubric rows to {out}", highlight=False)
+
+
+@rubrics_app.command("refine")
+def rubrics_refine(
+    rubric: Annotated[Path, typer.Argument(help="Rubric file (or bundled name) to refine.")],
+    out: Annotated[Path, typer.Option(help="Where to write the refined rubric (YAML; JSON for a .json path).")],
+    responses: Annotated[Path | None, typer.Option(help="JSONL of prompt/response rows whose verdicts show which "
+                                                        "criteria are correlated (enables re-weighting).")] = None,
+    judge: Annotated[str, typer.Option(help="Judge for --responses (as in `rubricrl score`).")] = "exemplar+local",
+    dup_threshold: Annotated[float, typer.Option(min=0.0, max=1.0, help="Cosine similarity (MiniLM) at or above "
+                                                                        "which two criteria may be duplicates.")] = 0.9,
+    corr_threshold: Annotated[float, typer.Option(min=0.0, max=1.0, help="Verdict correlation at or above which "
+                                                                         "criteria are re-weighted as one.")] = 0.8,
+    splitter: Annotated[str | None, typer.Option(help="Chat model that also splits compound criteria the rule "
+                                                      "leaves alone (local[:MODEL], llamacpp, openai:URL).")] = None,
+    confirm: Annotated[str | None, typer.Option(help="Chat model that confirms near-duplicates (default: the "
+                                                     "--splitter model; none: embeddings alone).")] = None,
+):
+    """Split compound criteria, drop near-duplicates, re-weight correlated criteria; print the diff."""
+    import asyncio
+
+    from .chat import make_chat_model
+    from .judges import JudgeSpecError, make_judge
+    from .loading import bundled_rubric_path
+    from .models import ModelNotFoundError
+    from .rows import InvalidRow, read_rows
+    from .rubric_refinement import refine_rubric, write_rubric
+
+    path = rubric if rubric.exists() or not bundled_rubric_path(str(rubric)).is_file() else bundled_rubric_path(str(rubric))
+    try:
+        original = load_rubric(path)
+    except RubricError as exc:
+        fail(f"{rubric} is not a valid rubric:\n{exc}")
+    rows = []
+    if responses is not None:
+        if not responses.is_file():
+            fail(f"--responses {responses}: file not found")
+        for row in read_rows(responses):
+            if isinstance(row, InvalidRow):
+                err.print(f"[yellow]skipped row[/] {row.problem}", highlight=False)
+            else:
+                rows.append(row)
+    try:
+        split_model = make_chat_model(splitter) if splitter else None
+        confirm_model = make_chat_model(confirm) if confirm else split_model
+        the_judge = make_judge(judge) if rows else None
+    except (JudgeSpecError, ModelNotFoundError, ValueError, RuntimeError, OSError) as exc:
+        fail(str(exc))
+    result = asyncio.run(refine_rubric(original, splitter=split_model, confirm=confirm_model, judge=the_judge,
+                                       responses=rows, dup_threshold=dup_threshold, corr_threshold=corr_threshold))
+    write_rubric(result.rubric, out)
+    try:
+        load_rubric(out)
+    except RubricError as exc:  # pragma: no cover - refine_rubric validates before returning
+        fail(f"the refined rubric in {out} does not load:\n{exc}")
+    table = Table(title=f"rubricrl rubrics refine: {path}")
+    for col in ("criterion", "weight before -> after", "action"):
+        table.add_column(col)
+    for c in result.changes:
+        weights = f"{'-' if c.before is None else f'{c.before:g}'} -> {'-' if c.after is None else f'{c.after:g}'}"
+        table.add_row(c.id, weights, c.action)
+    console.print(table)
+    for note in result.notes:
+        err.print(f"[yellow]note[/] {note}", highlight=False)
+    console.print(f"wrote {out}: {len(result.rubric.criteria)} criteria (was {len(original.criteria)}), positive "
+                  f"weight {result.rubric.positive_weight:g} (was {original.positive_weight:g})", highlight=False)
+
+
 @app.command()
 def score(
     data: Annotated[Path, typer.Option(help="JSONL rows: prompt (or messages), response, optional rubric.")],
@@ -82,6 +207,8 @@ def score(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
     cache_path: Annotated[Optional[Path], typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
     threshold: Annotated[float, typer.Option(help="P(yes) at or above which a model verdict is `met`.")] = 0.5,
+    calibration: Annotated[Path | None, typer.Option(help="Calibration file from `rubricrl judge calibrate`: "
+                                                            "re-decides model verdicts from p_met.")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Rows judged together (shared-prefix batching).")] = 16,
     summary_json: Annotated[Optional[Path], typer.Option(help="Where to write the summary (default: OUT with .summary.json).")] = None,
 ):
@@ -104,7 +231,8 @@ def score(
         except RubricError as exc:
             fail(f"--rubric is not valid:\n{exc}")
     try:
-        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold)
+        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
+                               calibration=calibration)
     except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
         fail(f"--judge {judge}: {exc}")
     total = count_lines(data)
@@ -128,12 +256,18 @@ def score(
         hits = getattr(model, "hits", None)
         console.print(f"judge {model.judge_id}: {model.stats.model_calls} model calls, {model.stats.tokens} tokens"
                       + (f", cache hits {hits}, misses {model.misses}" if hits is not None else ""), highlight=False)
-    endpoint = getattr(getattr(model, "inner", model), "endpoint", None)
+    endpoint, inner = None, model  # through wrappers (calibration, cache) to an HTTP judge's endpoint
+    while inner is not None and endpoint is None:
+        endpoint, inner = getattr(inner, "endpoint", None), getattr(inner, "inner", None)
     if endpoint is not None:
         e = endpoint.stats
         console.print(f"endpoint {endpoint.config.base_url}: {e.calls} calls, {e.retries} retries, "
                       f"{e.prompt_tokens}+{e.completion_tokens} tokens, cost {e.cost:.4f}"
                       + (f", failures {e.errors}" if e.errors else ""), highlight=False)
+    guard = getattr(the_judge, "defence_stats", None)  # judges/defences.py
+    if guard is not None:
+        console.print(f"defences ({the_judge.defences.describe()}): {guard.prechecked} responses pre-checked, "
+                      f"{guard.neutralised} neutralised, {guard.downgraded} verdicts downgraded", highlight=False)
     console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
                   f"summary in {target}", highlight=False)
 
@@ -173,6 +307,254 @@ def judge_fit(
     fitted = sum(r.status == "fitted" for r in reports)
     console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out}; use it with "
                   f"--judge exemplar:{out}+local", highlight=False)
+
+
+def _judged_labels(labels: Path, judge: str, *, no_cache: bool, cache_path: Path | None, threshold: float,
+                   batch_size: int, calibration: Path | None = None):
+    """Read a label file (bad lines reported, not fatal), build the judge, judge every label with a progress bar."""
+    from .agreement import judge_labels, read_labels
+    from .judges import JudgeSpecError, make_judge
+    from .models import ModelNotFoundError
+
+    if not labels.is_file():
+        fail(f"--labels {labels}: file not found")
+    try:
+        items, problems = read_labels(labels)
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--labels {labels}: cannot read: {exc}")
+    for problem in problems:
+        err.print(f"[yellow]skipped line[/] {problem}", highlight=False)
+    if not items:
+        fail(f"--labels {labels}: no usable label ({len(problems)} bad lines); see docs/agreement.md for the format")
+    try:
+        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
+                               calibration=calibration)
+    except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
+        fail(f"--judge {judge}: {exc}")
+    columns = (TextColumn("judging labels"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task("labels", total=len(items))
+        verdicts = judge_labels(the_judge, items, batch_size=batch_size, on_labels=lambda n: progress.advance(task, n))
+    return the_judge, items, problems, verdicts
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+@judge_app.command("agree")
+def judge_agree(
+    labels: Annotated[Path, typer.Option(help="JSONL of human labels: {id?, prompt, response, criterion, label, "
+                                               "tags?} (docs/agreement.md).")],
+    judge: Annotated[str, typer.Option(help="Judge spec, as for `rubricrl score` (also `vote:A|B`, `mean:A|B`).")]
+    = "exemplar+local",
+    out: Annotated[Path | None, typer.Option(help="Directory for agreement.json, agreement.html and "
+                                                     "verdicts.jsonl (default: LABELS_agreement/ beside the labels).")] = None,
+    calibration: Annotated[Path | None, typer.Option(help="Measure the judge with this calibration applied.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
+    cache_path: Annotated[Path | None, typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
+    threshold: Annotated[float, typer.Option(help="P(yes) at or above which a model verdict is `met`.")] = 0.5,
+    batch_size: Annotated[int, typer.Option(min=1, help="Requests judged together (shared-prefix batching).")] = 16,
+):
+    """Measure a judge against human labels, per criterion, per tag and overall.
+
+    Precision, recall and F1 of both classes, balanced F1, Cohen's kappa, AUC of p_met, and a reliability diagram."""
+    from .agreement import agreement, verdict_records
+    from .agreement_report import write_report
+
+    the_judge, items, problems, verdicts = _judged_labels(labels, judge, no_cache=no_cache, cache_path=cache_path,
+                                                          threshold=threshold, batch_size=batch_size,
+                                                          calibration=calibration)
+    result = agreement(items, verdicts, judge_id=the_judge.judge_id, labels_file=str(labels), problems=problems)
+    out_dir = out or labels.with_name(labels.stem + "_agreement")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "agreement.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    with open(out_dir / "verdicts.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in verdict_records(items, verdicts))
+    write_report(result, out_dir / "agreement.html")
+    table = Table(title=f"agreement of {the_judge.judge_id} with {labels}")
+    columns = ("", "labels", "errors", "skipped", "P met", "R met", "F1 met", "F1 unmet", "balanced F1", "kappa", "AUC")
+    keys = ("n_labels", "n_errors", "n_skipped", "precision_met", "recall_met", "f1_met", "f1_unmet", "balanced_f1",
+            "kappa", "auc")
+    for col in columns:
+        table.add_column(col, justify="left" if not col else "right", overflow="fold")
+    rows = [("overall", result["overall"])] + [(m["text"][:70], m) for m in result["by_criterion"].values()]
+    rows += [(f"tag {tag}", m) for tag, m in result["by_tag"].items()]
+    for i, (name, m) in enumerate(rows):
+        table.add_row(name, *(_fmt(m[k]) for k in keys), end_section=i == 0)
+    console.print(table)
+    console.print("balanced F1 = mean of the met-class F1 and the unmet-class F1; judge errors and skipped verdicts "
+                  "are excluded from the metrics", highlight=False)
+    if problems:
+        err.print(f"[yellow]warning[/] {len(problems)} label lines were not used (listed above and in agreement.json)",
+                  highlight=False)
+    console.print(f"wrote {out_dir / 'agreement.json'}, {out_dir / 'agreement.html'}, {out_dir / 'verdicts.jsonl'}",
+                  highlight=False)
+
+
+@judge_app.command("calibrate")
+def judge_calibrate(
+    labels: Annotated[Path, typer.Option(help="JSONL of human labels (as for `judge agree`).")],
+    out: Annotated[Path, typer.Option(help="Where to write calibration.json.")],
+    judge: Annotated[str, typer.Option(help="Judge spec whose model judge (or ensemble) is calibrated.")]
+    = "exemplar+local",
+    by: Annotated[str, typer.Option(help="Thresholds per `criterion` (normalised text) or per `tag`.")] = "criterion",
+    heldout: Annotated[float, typer.Option(min=0.0, max=0.9, help="Fraction of labels held out (stratified by "
+                                                                  "criterion and label, seeded) to measure the gain.")] = 0.3,
+    seed: Annotated[int, typer.Option(help="Seed of the held-out split.")] = 0,
+    min_labels: Annotated[int, typer.Option(min=2, help="Fit labels a key needs (and 3 of each class) for its own "
+                                                        "threshold; others use the global one.")] = 20,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
+    cache_path: Annotated[Path | None, typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Requests judged together (shared-prefix batching).")] = 16,
+):
+    """Fit per-criterion (or per-tag) thresholds on p_met that maximise balanced F1.
+
+    Prints the held-out agreement before and after; use the file with `rubricrl score --calibration FILE`."""
+    from .judges.calibration import calibrate
+
+    if by not in ("criterion", "tag"):
+        fail(f"--by {by}: use `criterion` or `tag`")
+    the_judge, items, _, verdicts = _judged_labels(labels, judge, no_cache=no_cache, cache_path=cache_path,
+                                                   threshold=0.5, batch_size=batch_size)
+    model = the_judge.model_judge
+    if model is None:
+        fail(f"--judge {judge} has no model judge to calibrate (its verdicts come from rules or exemplar models, "
+             "which have their own thresholds); use e.g. --judge local")
+    outside = sum(v.decided and v.judge_id != model.judge_id for v in verdicts)
+    if outside:
+        err.print(f"note: {outside} labels were decided by rules or exemplar models, not by {model.judge_id}; they "
+                  "are not used to fit", highlight=False)
+    result = calibrate(items, verdicts, judge_id=model.judge_id, by=by, heldout=heldout, seed=seed,
+                       min_labels=min_labels, calibratable=lambda v: v.judge_id == model.judge_id)
+    result.save(out)
+    table = Table(title=f"thresholds ({by}; fitted on {result.fitted_on} labels; global {result.default:.3f})")
+    for col in (by, "fit n", "met", "threshold", "fit bal.F1", "held-out bal.F1 before -> after"):
+        table.add_column(col, overflow="fold")
+    held_keys = (result.heldout or {}).get("by_key", {})
+    for key, info in result.keys.items():
+        h = held_keys.get(key)
+        table.add_row(info.name[:70], str(info.n), str(info.n_met),
+                      f"{result.thresholds[key]:.3f}" if info.fitted else f"global ({result.default:.3f})",
+                      _fmt(info.fit_balanced_f1),
+                      f"{_fmt(h['balanced_f1_before'])} -> {_fmt(h['balanced_f1_after'])} (n={h['n']})" if h else "-")
+    console.print(table)
+    if result.heldout:
+        before, after = result.heldout["before"], result.heldout["after"]
+        held = Table(title=f"held-out agreement ({result.heldout['n']} labels, {before['n_errors']} judge errors)")
+        for col in ("", "before", "after", "change"):
+            held.add_column(col, justify="right")
+        for key in ("balanced_f1", "f1_met", "f1_unmet", "precision_met", "recall_met", "kappa", "auc"):
+            change = after[key] - before[key] if after[key] is not None and before[key] is not None else None
+            held.add_row(key, _fmt(before[key]), _fmt(after[key]), "-" if change is None else f"{change:+.3f}")
+        console.print(held)
+    else:
+        console.print("no held-out labels (--heldout 0): no before/after comparison", highlight=False)
+    console.print(f"wrote {out}; use it with: rubricrl score ... --judge {judge} --calibration {out}", highlight=False)
+
+
+@judge_app.command("audit")
+def judge_audit(
+    judge: Annotated[str, typer.Option(help="Judge spec to audit (as in `rubricrl score`).")],
+    rubric: Annotated[Path | None, typer.Option(help="Rubric file or bundled name for every row (default: the "
+                                                        "bundled prompts' own rubrics; a --data row's own wins).")] = None,
+    data: Annotated[Path | None, typer.Option(help="JSONL rows: prompt (or messages), optional rubric, reference, "
+                                                      "response (a good reply, for the first_sentence probe).")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="Rows to audit: a spread of N bundled prompts, or the first N "
+                                                   "--data rows (0: all).")] = 8,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the full audit as JSON here.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
+    cache_path: Annotated[Path | None, typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
+):
+    """Probe a judge with responses that should meet no criterion (master keys, empty, fake verdicts,
+    injections...) and print its false-positive rate without and with the defences (docs/judges.md)."""
+    from .judges import JudgeSpecError, make_judge, probes
+    from .judges.defences import Defences
+    from .loading import bundled_rubric_path
+    from .models import ModelNotFoundError
+
+    shared = None
+    if rubric is not None:
+        path = rubric if rubric.exists() or not bundled_rubric_path(str(rubric)).is_file() else bundled_rubric_path(
+            str(rubric))
+        try:
+            shared = load_rubric(path)
+        except RubricError as exc:
+            fail(f"--rubric is not valid:\n{exc}")
+    if data is not None:
+        if not data.is_file():
+            fail(f"--data {data}: file not found")
+        items, problems = probes.file_items(data, limit, shared)
+        for problem in problems:
+            err.print(f"[yellow]skipped row[/] {problem}", highlight=False)
+        if not items:
+            fail(f"--data {data}: no usable row")
+    else:
+        items = probes.bundled_items(limit, shared)
+    try:  # one judge (one model load, one server) behind two sets of defences
+        without = make_judge(judge, cache=not no_cache, cache_path=cache_path, defences=Defences.off())
+    except (JudgeSpecError, ModelNotFoundError, OSError, RuntimeError) as exc:
+        fail(f"--judge {judge}: {exc}")
+    with_ = without.with_defences(Defences())
+    columns = (TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task("judge calls", total=2 * len(items))
+        result = probes.run_audit(without, with_, items, on_step=lambda: progress.advance(task))
+
+    def pct(tally) -> str:
+        return "-" if tally.fpr is None else f"{tally.fpr:.1%}"
+
+    lines = list(result.probes.values())
+    skips = any(line.without.skipped or line.with_.skipped for line in lines)
+
+    def mean_p(line) -> str:
+        return "/".join("-" if t.mean_p is None else f"{t.mean_p:.2f}" for t in (line.without, line.with_))
+
+    def row(line, *names) -> list[str]:
+        return [*names, str(line.without.pairs), pct(line.without), pct(line.with_), mean_p(line),
+                f"{line.without.errors}/{line.with_.errors}"] + (
+                    [f"{line.without.skipped}/{line.with_.skipped}"] if skips else [])
+
+    numbers = ("pairs", "FPR off", "FPR on", "p_met off/on", "errors") + (("skipped",) if skips else ())
+    table = Table(title=f"judge audit: {result.judge_id}, {result.rows} prompts, {result.criteria} positive "
+                        "model-judged criteria (off / on: without / with defences)")
+    for col in ("probe", "family", *numbers):
+        table.add_column(col, justify="left" if col in ("probe", "family") else "right",
+                         overflow="fold" if col in ("probe", "family") else "ellipsis",
+                         no_wrap=col not in ("probe", "family"))
+    for line in lines:
+        table.add_row(*row(line, line.name, line.family))
+    console.print(table)
+    table = Table(title="per family")
+    for col in ("family", *numbers):
+        table.add_column(col, justify="left" if col == "family" else "right", no_wrap=col != "family")
+    for line in result.family_lines().values():
+        table.add_row(*row(line, line.family))
+    table.add_row(*row(result.aggregate(), f"overall (all but {', '.join(probes.EXCLUDED_FROM_OVERALL)})"),
+                  style="bold")
+    table.add_row(*row(result.aggregate(["master_key"], "master_key"), "master keys"), style="bold")
+    console.print(table)
+    keys = result.aggregate(["master_key"], "master_key")
+    target = "" if keys.with_.fpr is None else (" (target <= 5%: " + ("met" if keys.with_.fpr <= 0.05 else "NOT met")
+                                                 + ")")
+    console.print(f"master-key FPR: {pct(keys.without)} without, {pct(keys.with_)} with defences{target}",
+                  highlight=False)
+    s = result.defence_stats
+    console.print(f"defences ({result.defences}): {s.get('prechecked', 0)} responses pre-checked "
+                  f"{s.get('precheck_reasons', {})}, {s.get('neutralised', 0)} neutralised "
+                  f"{s.get('neutralised_kinds', {})}, {s.get('downgraded', 0)} verdicts downgraded", highlight=False)
+    console.print("FPR = met / (met + unmet) over (probe, positive-weight model-judged criterion) pairs; errors and "
+                  "skipped verdicts are excluded and counted; criteria with a declarative check are excluded (no "
+                  "model decides them). p_met: the mean over the same pairs (what a soft reward pays).",
+                  highlight=False)
+    if result.criteria == 0:
+        err.print(f"[yellow]note[/] --judge {judge} sends no positive criterion of these rubrics to a model judge, so "
+                  "there is nothing to audit (FPR '-'); use e.g. --judge local or exemplar+local", highlight=False)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"spec": judge, **result.to_dict()}, indent=2, ensure_ascii=False))
+        console.print(f"wrote {json_out}", highlight=False)
 
 
 @tactics_app.command("classify")
@@ -290,6 +672,83 @@ def train(
                           str(part["errors"]))
     console.print(table)
     console.print(f"{summary['steps']} steps in {summary['seconds']} s; report: {summary['report']}", highlight=False)
+
+
+@app.command()
+def simulate(
+    out: Annotated[Path, typer.Option(help="Directory for transcripts.jsonl, summary.json and report.html.")],
+    policy: Annotated[str, typer.Option(help="Supporter: local[:MODEL] (e.g. a training run's final/), "
+                                             "llamacpp[:FILE.gguf] or openai:URL?model=NAME.")] = "local",
+    personas: Annotated[Optional[Path], typer.Option(help="Persona YAML/JSONL (rubricrl or SAGE format) or a "
+                                                          "bundled name (default: support_seekers).")] = None,
+    user_model: Annotated[str, typer.Option(help="Chat model playing the users (same specs as --policy).")] = "llamacpp",
+    repeats: Annotated[int, typer.Option(min=1, help="Conversations per persona.")] = 1,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Use only the first N personas.")] = None,
+    max_turns: Annotated[int, typer.Option(min=1, help="Supporter turns before a conversation is cut.")] = 8,
+    start_emotion: Annotated[float, typer.Option(min=0, max=100, help="Users' starting emotion.")] = 40,
+    max_change: Annotated[int, typer.Option(min=1, help="Bound on the emotion change per turn.")] = 10,
+    concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed for the users (same seed, same users).")] = 0,
+):
+    """Talk to simulated users with hidden emotions and report the Sentient-style score."""
+    import asyncio
+
+    from .chat import make_chat_model
+    from .dialogue.persona import load_personas
+    from .dialogue.rollout import chat_policy, plan, run_conversations
+    from .dialogue.simulation_report import summarize_simulation, write_simulation_report
+    from .dialogue.user import SimulatedUser, UserSettings
+    from .models import ModelNotFoundError
+
+    try:
+        loaded = load_personas(personas)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(f"--personas: {exc}")
+    for problem in loaded.problems:
+        err.print(f"[yellow]skipped persona[/] {problem}", highlight=False, soft_wrap=True)
+    chosen = loaded.personas[:limit] if limit else loaded.personas
+    if not chosen:
+        fail("no usable persona; fix the problems above")
+    try:
+        policy_model = make_chat_model(policy)
+        user_chat = policy_model if user_model == policy else make_chat_model(user_model)
+    except (ValueError, ModelNotFoundError, RuntimeError, OSError) as exc:
+        fail(f"cannot load a chat model: {exc}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "transcripts.jsonl"
+    if path.exists() and path.stat().st_size:
+        fail(f"{path} already has transcripts; choose a new --out directory")
+    settings = UserSettings(max_turns=max_turns, start_emotion=start_emotion, max_change=max_change)
+    slots = plan(chosen, repeats=repeats, seed=seed)
+    columns = (TextColumn("conversations"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err) as progress, path.open("w", encoding="utf-8") as handle:
+        task = progress.add_task("simulate", total=len(slots))
+
+        def done(transcript) -> None:
+            handle.write(transcript.model_dump_json() + "\n")
+            handle.flush()
+            progress.advance(task)
+
+        transcripts = asyncio.run(run_conversations(slots, chat_policy(policy_model), SimulatedUser(user_chat, settings),
+                                                    concurrency=concurrency, on_done=done))
+    ordered = [transcripts[s.trajectory_id] for s in slots]
+    summary = summarize_simulation(ordered, success_at=settings.success_at, failure_below=settings.failure_below)
+    (out / "summary.json").write_text(json.dumps({**summary.to_dict(), "personas_skipped": len(loaded.problems)}, indent=2))
+    report = write_simulation_report(out, ordered, summary)
+    table = Table(title="rubricrl simulate", show_header=False)
+    score = summary.score
+    table.add_row("mean final emotion", f"{score.mean:.1f}  95% CI [{score.ci_low:.1f}, {score.ci_high:.1f}]  n={score.n}"
+                  if score else "no conversation completed")
+    table.add_row("successes (reached 100)", str(summary.successes))
+    table.add_row("failures (below 10)", str(summary.failures))
+    table.add_row("mean supporter turns", f"{summary.mean_turns:.2f}" if summary.mean_turns is not None else "-")
+    table.add_row("conversations", f"{summary.conversations} ({summary.errors} ended in an error"
+                  + (f": {summary.error_reasons}" if summary.errors else "") + ")")
+    table.add_row("end reasons", ", ".join(f"{k} x{v}" for k, v in summary.end_reasons.items()))
+    table.add_row("empty supporter replies", str(summary.empty_supporter_replies))
+    table.add_row("personas skipped", str(len(loaded.problems)))
+    console.print(table)
+    console.print(f"wrote {path}, {out / 'summary.json'} and {report}", highlight=False)
 
 
 @app.command("llama-server")

@@ -125,7 +125,9 @@ class DialogueRubricReward:
         from ..verdict import Status
 
         parsed = [t if isinstance(t, Transcript) else Transcript.model_validate(t) for t in columns["transcript"]]
-        per_transcript = [self.requests(t) for t in parsed]
+        # an error conversation is masked here too: with another reward function beside this one, TRL's
+        # weighted nansum would otherwise count the missing emotion reward as 0 and keep this one
+        per_transcript = [self.requests(t) if t.end_reason != "error" else [] for t in parsed]
         flat = [r for rs in per_transcript for r in rs]
         answers = asyncio.run(self.judge.judge(flat)) if flat else []
         rewards, k = [], 0

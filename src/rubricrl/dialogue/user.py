@@ -11,6 +11,7 @@ never silently left unchanged. The user never sees the supporter's `<think>` blo
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,7 +45,8 @@ class Analysis(BaseModel):
 def visible_text(supporter_text: str) -> str:
     """What the user sees of a supporter turn: everything outside `<think>...</think>`."""
     text = _THINK.sub("", supporter_text)
-    return text.split("</think>")[-1].strip()  # an unclosed-then-closed think block at the start
+    text = re.split(r"</think>", text, flags=re.IGNORECASE)[-1]  # opened in the prompt: only its end was generated
+    return re.sub(r"<think>.*", "", text, flags=re.DOTALL | re.IGNORECASE).strip()  # never closed: cut mid-thought
 
 
 def analysis_schema(max_change: int) -> dict:
@@ -135,7 +137,8 @@ def parse_analysis(text: str, max_change: int) -> Analysis | str:
     except ValueError:
         return "invalid JSON"
     change = obj.get("change") if isinstance(obj, dict) else None
-    if isinstance(change, bool) or not isinstance(change, (int, float)) or change != change:
+    if (isinstance(change, bool) or not isinstance(change, (int, float))
+            or (isinstance(change, float) and not math.isfinite(change))):  # NaN, Infinity, 1e999
         return 'no numeric "change"'
     raw = int(round(change))
     leave = obj.get("leave", False)

@@ -12,6 +12,14 @@ rule judge; the spec names what decides the other criteria, joined with `+`:
   e.g. `openai:http://127.0.0.1:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=batched&concurrency=32`;
 - `llamacpp[:FILE.gguf][?key=value&...]`: starts a llama.cpp server on loopback in this process
   (default: the embedded model) and judges through it; default mode `logprob`.
+- `defences:SETTINGS` (optional part, e.g. `exemplar+local+defences:off`): the defences against
+  trivial and verdict-like responses (judges/defences.py; on by default).
+
+Ensembles come first and split on `|`: `vote:SPEC1|SPEC2|...` (majority of met; a tie is unmet)
+and `mean:SPEC1|SPEC2|...` (mean p_met, met at >= 0.5); each member is `make_judge(SPEC)`, and a
+criterion is decided only when more than half of the members decided it (judges/ensemble.py).
+`calibration=FILE` (from `rubricrl judge calibrate`) wraps the model judge (or the ensemble) in a
+`CalibratedJudge` that re-decides met/unmet from p_met at the fitted thresholds.
 """
 
 from __future__ import annotations
@@ -20,11 +28,12 @@ from pathlib import Path
 
 from .base import Judge, JudgeRequest, JudgeStats
 from .cache import CachedJudge, VerdictCache
+from .defences import Defences, DefenceStats
 from .routing import RoutedJudge
 from .rules import RuleJudge
 
 __all__ = ["Judge", "JudgeRequest", "JudgeStats", "CachedJudge", "VerdictCache", "RoutedJudge", "RuleJudge",
-           "make_judge", "JudgeSpecError"]
+           "make_judge", "JudgeSpecError", "Defences", "DefenceStats"]
 
 
 class JudgeSpecError(ValueError):
@@ -32,7 +41,22 @@ class JudgeSpecError(ValueError):
 
 
 def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Path | None = None,
-               threshold: float = 0.5) -> RoutedJudge:
+               threshold: float = 0.5, calibration: str | Path | None = None,
+               defences: Defences | None = None) -> RoutedJudge:
+    """The judge a spec names, behind `defences` (default: `Defences()`, pre-checks and neutralisation
+    on; `Defences.off()` or a `+defences:off` / `+defences:precheck=off,evidence=on` spec part changes them)."""
+    kind, sep, rest = spec.strip().partition(":")
+    if sep and kind in ("vote", "mean"):  # ensembles first: their members may hold `+` and `:`
+        from .ensemble import EnsembleJudge
+
+        members = [m.strip() for m in rest.split("|")]
+        if len(members) < 2 or not all(members):
+            raise JudgeSpecError(f"judge spec {spec!r}: an ensemble needs two or more member specs separated by "
+                                 f"`|`, e.g. `{kind}:local|exemplar+local`")
+        ensemble = EnsembleJudge(kind, [make_judge(m, cache=cache, cache_path=cache_path, threshold=threshold,
+                                                   defences=defences) for m in members])
+        return RoutedJudge(_calibrated(ensemble, calibration) if calibration is not None else ensemble,
+                           defences=defences)
     model_judge: Judge | None = None
     exemplar = None
     for part in spec.split("+"):
@@ -40,6 +64,12 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
         if "?" in kind:  # `llamacpp?mode=...`: options without a model
             kind, query = kind.split("?", 1)
             arg = "?" + query + (":" + arg if arg else "")
+        if kind == "defences":  # `+defences:off`, `+defences:precheck=off,evidence=on` (judges/defences.py)
+            try:
+                defences = Defences.parse(arg, defences)
+            except ValueError as exc:
+                raise JudgeSpecError(f"judge spec {spec!r}: {exc}") from None
+            continue
         if kind == "rules" and not arg:
             continue
         if kind == "local" and model_judge is None:
@@ -61,9 +91,31 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
                 model_judge = CachedJudge(model_judge, VerdictCache(cache_path or cache_dir() / "verdicts.sqlite"))
         else:
             raise JudgeSpecError(f"unknown judge spec {spec!r}; use `rules`, `local`, `local:MODEL`, `exemplar`, "
-                                 "`exemplar:DIR`, `openai:URL`, `llamacpp[:FILE.gguf]` or a `+` combination such "
-                                 "as `exemplar+local`")
-    return RoutedJudge(model_judge, exemplar)
+                                 "`exemplar:DIR`, `openai:URL`, `llamacpp[:FILE.gguf]`, a `+` combination such "
+                                 "as `exemplar+local`, or an ensemble `vote:SPEC1|SPEC2|...` / "
+                                 "`mean:SPEC1|SPEC2|...`")
+    if calibration is not None:
+        if model_judge is None:
+            raise JudgeSpecError(f"a calibration re-decides a model judge's p_met, but judge spec {spec!r} has no "
+                                 "model judge; add one (e.g. `+local`) or drop the calibration")
+        model_judge = _calibrated(model_judge, calibration)
+    return RoutedJudge(model_judge, exemplar, defences)
+
+
+def _calibrated(judge: Judge, path: str | Path) -> Judge:
+    """`judge` wrapped in a CalibratedJudge loaded from `path` (warns when fitted for another judge)."""
+    import warnings
+
+    from .calibration import CalibratedJudge, Calibration, CalibrationError
+
+    try:
+        calibration = Calibration.load(path)
+    except CalibrationError as exc:
+        raise JudgeSpecError(f"calibration {exc}") from None
+    if calibration.judge_id != judge.judge_id:
+        warnings.warn(f"calibration {path} was fitted for judge {calibration.judge_id!r} and is applied to "
+                      f"{judge.judge_id!r}; its thresholds may not fit", stacklevel=3)
+    return CalibratedJudge(judge, calibration)
 
 
 def http_judge(kind: str, arg: str, *, threshold: float = 0.5):

@@ -1,6 +1,8 @@
 """Route each criterion to the judge that should decide it: a declarative check goes to the
 rule judge; a criterion with a fitted exemplar model to the exemplar judge; everything else to
-the configured model judge (or `skipped` when there is none)."""
+the configured model judge (or `skipped` when there is none). The defences (judges/defences.py:
+pre-checks, neutralised text, optional evidence) apply to the exemplar and model judges; the rule
+judge always sees the original response."""
 
 from __future__ import annotations
 
@@ -8,14 +10,19 @@ from collections.abc import Sequence
 
 from ..verdict import Verdict, skipped_verdict
 from .base import Judge, JudgeRequest, JudgeStats
+from .defences import Defences, DefenceStats, require_evidence, screen
 from .rules import RuleJudge
+
+GENERATIVE_MODES = ("per_criterion", "batched")  # judges whose `met` comes with a quotable explanation
 
 
 class RoutedJudge:
-    def __init__(self, model_judge: Judge | None = None, exemplar_judge=None):
+    def __init__(self, model_judge: Judge | None = None, exemplar_judge=None, defences: Defences | None = None):
         self.rules = RuleJudge()
         self.model_judge = model_judge
         self.exemplar_judge = exemplar_judge
+        self.defences = defences if defences is not None else Defences()  # judges/defences.py; on by default
+        self.defence_stats = DefenceStats()
         self.judge_id = "+".join(["rules"] + [j.judge_id for j in (exemplar_judge, model_judge) if j is not None])
 
     @property
@@ -34,19 +41,56 @@ class RoutedJudge:
             return "exemplar"
         return "model" if self.model_judge is not None else "none"
 
+    def with_defences(self, defences: Defences) -> RoutedJudge:
+        """The same rule, exemplar and model judges (one model load, one server) behind other defences."""
+        return RoutedJudge(self.model_judge, self.exemplar_judge, defences)
+
+    @property
+    def checks_evidence(self) -> bool:
+        model = self.model_judge
+        for _ in range(4):  # through wrappers (CachedJudge, calibration) that keep the judge as `inner`
+            model = getattr(model, "inner", model)
+        return self.defences.require_evidence and getattr(model, "mode", None) in GENERATIVE_MODES
+
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         decided: list[dict[str, Verdict]] = [{} for _ in requests]
+        # defences: pre-checks and neutralised text for the exemplar and model judges; rules see the original
+        screens = [screen(req.response, self.defences) for req in requests]
+        prechecked, neutralised = set(), set()
         for name, judge in (("rules", self.rules), ("exemplar", self.exemplar_judge), ("model", self.model_judge)):
             if judge is None:
                 continue
             sub, owners = [], []
             for i, req in enumerate(requests):
                 mine = tuple(c for c in req.criteria if self.route(c) == name)
+                text = req.response
+                if name != "rules" and mine:
+                    s = screens[i]
+                    for c in mine:
+                        if s.blocks(c):
+                            decided[i][c.id] = s.verdict(c.id)
+                            prechecked.add(i)
+                    mine, text = tuple(c for c in mine if not s.blocks(c)), s.text
+                    if mine and s.neutralised:
+                        neutralised.add(i)
                 if mine:
-                    sub.append(JudgeRequest(req.conversation, req.response, mine))
+                    sub.append(JudgeRequest(req.conversation, text, mine))
                     owners.append(i)
-            for i, verdicts in zip(owners, await judge.judge(sub) if sub else []):
+            for i, sent, verdicts in zip(owners, sub, await judge.judge(sub) if sub else []):
+                if name == "model" and self.checks_evidence:
+                    checked = [require_evidence(v, c, sent.response, self.defences.min_quote_chars)
+                               for v, c in zip(verdicts, sent.criteria)]
+                    self.defence_stats.downgraded += sum(a is not b for a, b in zip(checked, verdicts))
+                    verdicts = checked
                 decided[i].update({v.criterion_id: v for v in verdicts})
+        st = self.defence_stats
+        st.prechecked += len(prechecked)
+        st.neutralised += len(neutralised)
+        for i in prechecked:
+            st.precheck_reasons[screens[i].precheck] = st.precheck_reasons.get(screens[i].precheck, 0) + 1
+        for i in neutralised:
+            for kind in screens[i].neutralised:
+                st.neutralised_kinds[kind] = st.neutralised_kinds.get(kind, 0) + 1
         return [[decided[i].get(c.id) or skipped_verdict(
             c.id, "router", "no model judge configured (use --judge local, exemplar+local or another model judge)")
             for c in req.criteria] for i, req in enumerate(requests)]
