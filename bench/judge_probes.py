@@ -1,12 +1,13 @@
 """False-positive rate of the embedded judges on the probe suite, without and with the defences.
 
-    python bench/judge_probes.py [--limit 8] [--generative-limit 2] [--judges SPEC,SPEC,...]
+    python bench/judge_probes.py [--limit 8] [--http-limit 4] [--generative-limit 2] [--judges SPEC,...]
+                                 [--keep-max-length]
 
 For each judge spec (default: `local`, `llamacpp?mode=logprob`, `llamacpp?mode=per_criterion`), every
 probe of `rubricrl.judges.probes` (master keys, empty, fake verdicts, injections, ...) is judged on
-LIMIT bundled emotional-support prompts (an even spread over the areas; GENERATIVE_LIMIT for the
-per_criterion / batched modes, which generate a JSON explanation of ~80 tokens per verdict and would
-take most of an hour on 2 CPU cores for 8 prompts) against the bundled empathy rubric, once with the defences off and once with the defaults
+bundled emotional-support prompts (an even spread over the areas: LIMIT for local judges,
+HTTP_LIMIT for HTTP judges, one call per verdict, GENERATIVE_LIMIT for the per_criterion / batched
+modes, which generate a JSON explanation of ~40 tokens per verdict) against the bundled empathy rubric, once with the defences off and once with the defaults
 on (`rubricrl judge audit` does the same for one spec). FPR = met / (met + unmet) over (probe,
 positive-weight model-judged criterion) pairs; errors are left out and counted. `llamacpp` specs
 start a llama.cpp server on loopback with the embedded SmolLM2-135M-Instruct GGUF.
@@ -15,6 +16,13 @@ A fresh verdict cache (temporary file) is shared by the two passes of a judge: a
 defences leave unchanged and do not pre-check is sent to the model once and its verdict is reused
 (the model is deterministic at temperature 0), so the second pass only pays for changed text.
 Tables are printed in Markdown.
+
+Unless --keep-max-length is given, the `maxLength` bounds are taken out of the HTTP judge's JSON schemas
+in this process: llama.cpp compiles a bounded string into a grammar that samples about 20x slower
+(measured here: 73 s instead of 3.3 s for one 36-token per_criterion answer), which would make the
+per_criterion run take most of an hour. The prompts, modes and parsers are unchanged, but greedy
+decoding under the two grammars can pick different tokens, so the explanations (and rarely a verdict)
+may differ from a run with the shipped schemas.
 """
 
 from __future__ import annotations
@@ -64,6 +72,26 @@ def table(report: AuditReport) -> str:
     return "\n".join(head + rows + fam)
 
 
+def strip_max_length() -> None:
+    """Remove `maxLength` from the HTTP judge's JSON schemas (see the module docstring)."""
+    from rubricrl.judges import http_prompts
+
+    def strip(schema):
+        if isinstance(schema, dict):
+            schema.pop("maxLength", None)
+            for value in schema.values():
+                strip(value)
+        elif isinstance(schema, list):
+            for value in schema:
+                strip(value)
+        return schema
+
+    strip(http_prompts.SINGLE_SCHEMA)
+    strip(http_prompts.RATING_SCHEMA)
+    batch_schema = http_prompts.batch_schema
+    http_prompts.batch_schema = lambda ids: strip(batch_schema(ids))
+
+
 def stop_server(judge) -> None:
     model = judge.model_judge
     for _ in range(3):
@@ -76,18 +104,26 @@ def stop_server(judge) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=8, help="bundled prompts (an even spread)")
+    parser.add_argument("--http-limit", type=int, default=4, help="prompts for HTTP (openai / llamacpp) specs")
     parser.add_argument("--generative-limit", type=int, default=2,
-                        help="prompts for per_criterion / batched specs, which generate ~80 tokens per verdict")
+                        help="prompts for per_criterion / batched specs, which generate an explanation per verdict")
+    parser.add_argument("--keep-max-length", action="store_true",
+                        help="keep the maxLength bounds of the JSON schemas (slow on llama.cpp)")
     parser.add_argument("--judges", default=DEFAULT_JUDGES, help="comma-separated judge specs")
     args = parser.parse_args()
     rubric = load_rubric(bundled_rubric_path("empathy"))
+    if not args.keep_max_length:
+        strip_max_length()
     print(f"rubric {rubric.id}; probes per prompt: {len(bundled_items(1, rubric)[0].probes())}; "
-          f"defences on = {Defences().describe()}")
+          f"defences on = {Defences().describe()}; JSON schemas "
+          + ("as shipped" if args.keep_max_length else "without maxLength (see the docstring)"))
     summary = []  # (spec, prompts, master keys, overall, seconds)
     with tempfile.TemporaryDirectory(prefix="judge-probes-") as tmp:
         for n, spec in enumerate(s.strip() for s in args.judges.split(",")):
             generative = "mode=per_criterion" in spec or "mode=batched" in spec
-            items = bundled_items(args.generative_limit if generative else args.limit, rubric)
+            http = spec.startswith(("openai", "llamacpp")) and "+" not in spec
+            limit = args.generative_limit if generative else args.http_limit if http else args.limit
+            items = bundled_items(limit, rubric)
             start = time.perf_counter()
             without = make_judge(spec, cache_path=Path(tmp) / f"verdicts-{n}.sqlite", defences=Defences.off())
             with_ = without.with_defences(Defences())
