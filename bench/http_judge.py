@@ -1,13 +1,15 @@
 """HTTP judge modes and concurrency against a loopback llama.cpp server (embedded model), one run.
 
-    python bench/http_judge.py [--url URL] [--parallel 8] [--repeats 2]
+    python -u bench/http_judge.py [--url URL] [--parallel 8] [--repeats 2]
 
 Part 1, G=8 responses x K=8 criteria: verdicts/s and judge calls per scored response for
-`per_criterion`, `batched`, `logprob` and `implicit` (concurrency 8).
-Part 2, `logprob` mode: verdicts/s through rubricrl's client at concurrency 1, 4 and 16, against
-the server's own ceiling: the same 64 requests fired at once with a bare httpx client (no limits,
-no retries, no parsing). Without --url a server is started in this process with --parallel slots.
-The verdict cache is off: every verdict is a real call.
+`per_criterion`, `batched`, `logprob` and `implicit` (concurrency 8, default criterion order).
+Part 2, `logprob` mode at concurrency 1, 4 and 16, criteria `spread` (all calls at once) and `chain`ed
+(one response's calls in sequence, so llama.cpp's per-slot prompt cache reuses the shared prefix),
+against a bare httpx client sending the same 64 requests at the same concurrency (no limits, retries or
+parsing; same spread/chain order). The server's maximum is the best bare figure of the run.
+Without --url a server is started in this process with --parallel slots. The verdict cache is off:
+every verdict is a real call. Run it alone: llama.cpp slows down badly when the cores are shared.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ def requests() -> list[JudgeRequest]:
     return [JudgeRequest(conversation, r, criteria) for r in RESPONSES]
 
 
-def run_mode(url: str, mode: str, concurrency: int, repeats: int) -> dict:
+def run_mode(url: str, mode: str, concurrency: int, repeats: int, order: str = "auto") -> dict:
     rates, calls, errors = [], 0, 0
     for _ in range(repeats):
-        judge = HTTPJudge(ChatEndpoint(EndpointConfig(base_url=url, concurrency=concurrency, timeout=300)), mode)
+        judge = HTTPJudge(ChatEndpoint(EndpointConfig(base_url=url, concurrency=concurrency, timeout=300)), mode,
+                          order=order)
         batch = requests()
         start = time.perf_counter()
         answers = asyncio.run(judge.judge(batch))
@@ -49,17 +52,28 @@ def run_mode(url: str, mode: str, concurrency: int, repeats: int) -> dict:
     return {"verdicts_per_s": statistics.median(rates), "calls_per_response": calls / len(RESPONSES), "errors": errors}
 
 
-async def _bare(url: str) -> float:
+async def _bare(url: str, concurrency: int, chain: bool) -> float:
+    """Verdicts/s of a bare httpx client: `concurrency` workers, each taking whole responses (chain)
+    or single calls (spread) from a shared queue."""
     batch = requests()
-    bodies = [{"messages": yesno_messages(r.conversation, r.response, c), "max_tokens": 1, "logprobs": True,
-               "top_logprobs": 20, "temperature": 0} for r in batch for c in r.criteria]
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=httpx.Limits(max_connections=len(bodies)),
+    body = lambda r, c: {"messages": yesno_messages(r.conversation, r.response, c), "max_tokens": 1,  # noqa: E731
+                         "logprobs": True, "top_logprobs": 20, "temperature": 0}
+    jobs = [[body(r, c) for c in r.criteria] for r in batch] if chain else \
+        [[body(r, c)] for r in batch for c in r.criteria]
+    queue: asyncio.Queue = asyncio.Queue()
+    for job in jobs:
+        queue.put_nowait(job)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=httpx.Limits(max_connections=concurrency),
                                  trust_env=False) as client:
+        async def worker() -> None:
+            while not queue.empty():
+                for b in queue.get_nowait():
+                    (await client.post("/chat/completions", json=b)).raise_for_status()
+
         start = time.perf_counter()
-        answers = await asyncio.gather(*(client.post("/chat/completions", json=b) for b in bodies))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    assert all(a.status_code == 200 for a in answers)
-    return len(bodies) / elapsed
+    return sum(len(j) for j in jobs) / elapsed
 
 
 def main() -> None:
@@ -71,18 +85,22 @@ def main() -> None:
     server = None if args.url else LlamaServer(parallel=args.parallel).start()
     url = args.url or server.url
     print(f"server {url} (parallel slots: {args.parallel if server else 'unknown'}); G={len(RESPONSES)} x K={len(CRITERIA)}")
-    asyncio.run(_bare(url))  # warm-up
+    asyncio.run(_bare(url, 8, False))  # warm-up
     print("\nmode            verdicts/s   calls/response   errors")
     for mode in ("per_criterion", "batched", "logprob", "implicit"):
         r = run_mode(url, mode, 8, args.repeats)
         print(f"{mode:<15} {r['verdicts_per_s']:>10.1f}   {r['calls_per_response']:>14.1f}   {r['errors']:>6}")
-    print("\nlogprob mode    verdicts/s   share of server ceiling")
-    ceiling = statistics.median(asyncio.run(_bare(url)) for _ in range(args.repeats))
+    print("\nlogprob mode, verdicts/s    rubricrl   bare httpx   rubricrl/bare")
+    rows, best = [], 0.0
     for concurrency in (1, 4, 16):
-        r = run_mode(url, "logprob", concurrency, args.repeats)
-        print(f"concurrency {concurrency:<3} {r['verdicts_per_s']:>10.1f}   {r['verdicts_per_s'] / ceiling:>8.0%}")
-    print(f"server ceiling  {ceiling:>10.1f}   (64 bare requests at once)")
-
+        for order in ("spread", "chain"):
+            ours = run_mode(url, "logprob", concurrency, args.repeats, order)["verdicts_per_s"]
+            bare = statistics.median(asyncio.run(_bare(url, concurrency, order == "chain")) for _ in range(args.repeats))
+            best = max(best, bare)
+            rows.append((concurrency, order, ours, bare))
+            print(f"concurrency {concurrency:<3} {order:<6} {ours:>10.1f} {bare:>12.1f} {ours / bare:>14.0%}")
+    print(f"server maximum (best bare figure): {best:.1f} verdicts/s; "
+          f"rubricrl's best: {max(r[2] for r in rows):.1f} ({max(r[2] for r in rows) / best:.0%} of it)")
 
 if __name__ == "__main__":
     main()

@@ -218,11 +218,33 @@ def test_openai_spec_parses_endpoint_settings_and_mode(proxy):
     ("openai:http://127.0.0.1:1/v1?colour=red", "unknown key(s) ['colour']"),
     ("openai:http://127.0.0.1:1/v1?concurrency=0", "concurrency"),
     ("openai:127.0.0.1:1", "not an http(s) URL"),
+    ("openai:http://127.0.0.1:1/v1?order=random", "unknown order 'random'"),
 ])
 def test_bad_specs_are_refused_with_the_reason(spec, message):
     with pytest.raises(JudgeSpecError, match=None) as info:
         make_judge(spec, cache=False)
     assert message in str(info.value)
+
+
+def test_chained_criteria_go_one_after_another_and_decide_the_same(proxy):
+    """`chain` sends a response's criteria in sequence (each call starts after the previous one was
+    answered, so llama.cpp can reuse the cached prefix); `spread` sends them together. The same verdicts,
+    up to the server's float noise (a cached prefix or another batch shifts P(yes) by ~0.002 here)."""
+    criteria = (ASKS, BLAMES, Criterion(id="warm", text="The reply is warm.", weight=1))
+    answers = {}
+    for order in ("spread", "chain"):
+        proxy.set_plan(["delay:0.3"] * 3)
+        config = EndpointConfig(base_url=proxy.url + "/v1", timeout=120, concurrency=8)
+        [answers[order]] = asyncio.run(HTTPJudge(ChatEndpoint(config), "logprob", order=order).judge(
+            [JudgeRequest(CONV, REPLY, criteria)]))
+        arrivals = [f.at for f in proxy.log[-3:]]
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        if order == "chain":  # the next request is only sent once the delayed answer came back
+            assert min(gaps) >= 0.3
+        else:  # all three were in flight before the first delayed answer could come back
+            assert arrivals[-1] - arrivals[0] < 0.3
+    assert [(v.criterion_id, v.status) for v in answers["chain"]] == [(v.criterion_id, v.status) for v in answers["spread"]]
+    assert [v.p_met for v in answers["chain"]] == pytest.approx([v.p_met for v in answers["spread"]], abs=0.03)
 
 
 def test_logprob_yes_normalises_over_yes_and_no_spellings():

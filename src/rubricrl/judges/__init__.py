@@ -8,7 +8,8 @@ rule judge; the spec names what decides the other criteria, joined with `+`:
 - `exemplar` or `exemplar:DIR`: exemplar classifiers (default: the bundled ones) for the
   criteria they were fitted on; e.g. `exemplar+local` sends the rest to the local LLM judge;
 - `openai:URL[?key=value&...]`: an OpenAI-compatible endpoint (vLLM, llama.cpp, Ollama, a hosted
-  API); keys: `mode` (per_criterion | batched | logprob | implicit) and any EndpointConfig field,
+  API); keys: `mode` (per_criterion | batched | logprob | implicit), `order` (auto | chain | spread,
+  judges/http.py) and any EndpointConfig field,
   e.g. `openai:http://127.0.0.1:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=batched&concurrency=32`;
 - `llamacpp[:FILE.gguf][?key=value&...]`: starts a llama.cpp server on loopback in this process
   (default: the embedded model) and judges through it; default mode `logprob`.
@@ -121,7 +122,7 @@ def _calibrated(judge: Judge, path: str | Path) -> Judge:
 def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
     """An HTTPJudge for `openai:URL?...` or `llamacpp[:FILE.gguf][?...]` (see the module docstring)."""
     from ..endpoint import ChatEndpoint, parse_endpoint_spec
-    from .http import MODES, HTTPJudge
+    from .http import MODES, ORDERS, HTTPJudge
 
     label, server = None, None
     if kind == "llamacpp":
@@ -138,11 +139,14 @@ def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
     except ValueError as exc:
         raise JudgeSpecError(str(exc)) from None
     mode = extra.pop("mode", "logprob" if kind == "llamacpp" else "per_criterion")
+    order = extra.pop("order", "auto")
     if extra:
-        raise JudgeSpecError(f"unknown key(s) {sorted(extra)} in judge spec {kind}:{arg}; known: mode, "
+        raise JudgeSpecError(f"unknown key(s) {sorted(extra)} in judge spec {kind}:{arg}; known: mode, order, "
                              f"{', '.join(k for k in type(config).model_fields if k != 'base_url')}")
     if mode not in MODES:
         raise JudgeSpecError(f"unknown mode {mode!r} in judge spec; use one of {', '.join(MODES)}")
-    judge = HTTPJudge(ChatEndpoint(config), mode, label=label, threshold=threshold)
+    if order not in ORDERS:
+        raise JudgeSpecError(f"unknown order {order!r} in judge spec; use one of {', '.join(ORDERS)}")
+    judge = HTTPJudge(ChatEndpoint(config), mode, label=label, threshold=threshold, order=order)
     judge.server = server  # keeps an in-process llama.cpp server alive as long as the judge
     return judge

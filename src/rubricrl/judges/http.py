@@ -7,6 +7,14 @@
 - `implicit`: Rubrics-as-Rewards holistic rating 1-10 against the whole rubric, normalised to [0, 1]
   and given as `p_met` to every positive criterion (pitfalls are folded into the rating and `skipped`).
 
+In `per_criterion` and `logprob` modes the calls of one response differ only at the end (the criterion
+comes last in the prompt). `order` decides how they are sent: `chain` sends them one after another, so a
+server with a per-slot prompt cache (llama.cpp) computes the shared prefix once per response; `spread`
+sends them all at once (best when there are fewer responses than concurrent calls, or with vLLM, whose
+prefix cache is global); `auto` (default) chains when the batch has at least as many responses as the
+endpoint's concurrency, else spreads. The verdicts are the same either way up to the server's float noise (a cached
+prefix can shift P(yes) in the third decimal); only the speed differs.
+
 A failed call (after the endpoint's bounded retries), an unparsable answer, a refusal or a length
 stop is an `error` verdict whose reason starts with that cause; it is never a silent `unmet`.
 """
@@ -24,15 +32,19 @@ from .base import JudgeRequest, JudgeStats
 
 Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
 MODES = ("per_criterion", "batched", "logprob", "implicit")
+Order = Literal["auto", "chain", "spread"]
+ORDERS = ("auto", "chain", "spread")
 ANSWER_TOKENS = {"per_criterion": 200, "batched": 120, "logprob": 1, "implicit": 200}  # batched: per criterion
 
 
 class HTTPJudge:
     def __init__(self, endpoint: ChatEndpoint, mode: Mode = "per_criterion", *, label: str | None = None,
-                 threshold: float = 0.5, max_tokens: int | None = None):
+                 threshold: float = 0.5, max_tokens: int | None = None, order: Order = "auto"):
         if mode not in MODES:
             raise ValueError(f"unknown HTTP judge mode {mode!r}; use one of {', '.join(MODES)}")
-        self.endpoint, self.mode, self.threshold = endpoint, mode, threshold
+        if order not in ORDERS:
+            raise ValueError(f"unknown criterion order {order!r}; use one of {', '.join(ORDERS)}")
+        self.endpoint, self.mode, self.threshold, self.order = endpoint, mode, threshold, order
         self.max_tokens = max_tokens
         name = label or (endpoint.config.model if endpoint.config.model != "default" else endpoint.config.base_url)
         self.judge_id = f"http:{name}/{mode}@{prompts.PROMPT_VERSION}" + (f",t={threshold:g}" if threshold != 0.5 else "")
@@ -42,7 +54,8 @@ class HTTPJudge:
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         s = self.endpoint.stats
         before = (s.calls, s.prompt_tokens + s.completion_tokens, s.retries, s.cost)
-        out = list(await asyncio.gather(*(self._one(req) for req in requests)))
+        chain = self.order == "chain" or (self.order == "auto" and len(requests) >= self.endpoint.config.concurrency)
+        out = list(await asyncio.gather(*(self._one(req, chain) for req in requests)))
         self.stats.model_calls += s.calls - before[0]
         self.stats.tokens += s.prompt_tokens + s.completion_tokens - before[1]
         self.stats.retries += s.retries - before[2]
@@ -51,7 +64,7 @@ class HTTPJudge:
             self.stats.count(verdicts)
         return out
 
-    async def _one(self, req: JudgeRequest) -> list[Verdict]:
+    async def _one(self, req: JudgeRequest, chain: bool) -> list[Verdict]:
         if not req.criteria:
             return []
         if not req.response.strip():
@@ -62,6 +75,8 @@ class HTTPJudge:
         if self.mode == "implicit":
             return await self._implicit(req)
         single = self._logprob if self.mode == "logprob" else self._single
+        if chain:  # one after another: the server reuses this response's cached prompt prefix
+            return [await single(req, c) for c in req.criteria]
         return list(await asyncio.gather(*(single(req, c) for c in req.criteria)))
 
     def _tokens(self, n_criteria: int = 1) -> int:
