@@ -55,7 +55,10 @@ class HTTPJudge:
         s = self.endpoint.stats
         before = (s.calls, s.prompt_tokens + s.completion_tokens, s.retries, s.cost)
         chain = self.order == "chain" or (self.order == "auto" and len(requests) >= self.endpoint.config.concurrency)
-        out = list(await asyncio.gather(*(self._one(req, chain) for req in requests)))
+        # at most `concurrency` chains at once: more would interleave their calls in the endpoint's queue,
+        # and the server's cache (llama.cpp keeps the last prompt of each slot) would lose the prefix
+        chains = asyncio.Semaphore(self.endpoint.config.concurrency) if chain else None
+        out = list(await asyncio.gather(*(self._one(req, chains) for req in requests)))
         self.stats.model_calls += s.calls - before[0]
         self.stats.tokens += s.prompt_tokens + s.completion_tokens - before[1]
         self.stats.retries += s.retries - before[2]
@@ -64,7 +67,7 @@ class HTTPJudge:
             self.stats.count(verdicts)
         return out
 
-    async def _one(self, req: JudgeRequest, chain: bool) -> list[Verdict]:
+    async def _one(self, req: JudgeRequest, chains: asyncio.Semaphore | None) -> list[Verdict]:
         if not req.criteria:
             return []
         if not req.response.strip():
@@ -75,8 +78,9 @@ class HTTPJudge:
         if self.mode == "implicit":
             return await self._implicit(req)
         single = self._logprob if self.mode == "logprob" else self._single
-        if chain:  # one after another: the server reuses this response's cached prompt prefix
-            return [await single(req, c) for c in req.criteria]
+        if chains is not None:  # one after another: the server reuses this response's cached prompt prefix
+            async with chains:
+                return [await single(req, c) for c in req.criteria]
         return list(await asyncio.gather(*(single(req, c) for c in req.criteria)))
 
     def _tokens(self, n_criteria: int = 1) -> int:
