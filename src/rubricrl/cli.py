@@ -791,6 +791,37 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A training run director
     console.print(f"wrote {path}", highlight=False)
 
 
+@app.command()
+def serve(
+    rubric: Annotated[Optional[str], typer.Option(help="Rubric file or bundled name for rows whose label carries "
+                                                       "none (empathy, crisis_safety).")] = None,
+    judge: Annotated[str, typer.Option(help="Judge spec, as for `score` (e.g. `rules`, `exemplar+local`, "
+                                            "`openai:URL?model=...`).")] = "exemplar+local",
+    host: Annotated[str, typer.Option(help="Interface to bind; any non-loopback address needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    token: Annotated[Optional[str], typer.Option(envvar="RUBRICRL_SERVE_TOKEN", show_default=False,
+                                                 help="Bearer token clients must send (env RUBRICRL_SERVE_TOKEN).")] = None,
+    max_body: Annotated[int, typer.Option(min=1024, help="Largest request body in bytes (413).")] = 32 * 1024 * 1024,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests judged at once.")] = 4,
+    queue: Annotated[int, typer.Option(min=0, help="Requests waiting for a slot; beyond, 503 + Retry-After.")] = 64,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request, queueing included (504).")] = 120.0,
+    error_policy: Annotated[str, typer.Option(help="A row with judge errors gets reward 0.0 (`zero`, flagged in "
+                                                   "the logs) or fails the request with 502 (`raise`).")] = "zero",
+):
+    """Serve rubric rewards over HTTP: OpenRLHF's remote reward API (POST / and /get_reward), /v1/score,
+    /health and /metrics (docs/scaling.md)."""
+    from .integrations.reward_server import serve as run
+    from .integrations.server_settings import settings_from_options
+
+    try:
+        settings = settings_from_options(rubric=rubric, judge=judge, host=host, port=port, token=token,
+                                         max_body=max_body, concurrency=concurrency, queue=queue, timeout=timeout,
+                                         error_policy=error_policy)
+        run(settings)
+    except ValueError as exc:
+        fail(str(exc))
+
+
 def print_summary(s: RunSummary) -> None:
     head = Table(title="rubricrl score", show_header=False)
     head.add_row("rows", f"{s.rows} ({s.scored} scored, {s.unscored} unscored, {s.invalid} invalid)")

@@ -1,0 +1,8 @@
+"""Plugging rubric rewards into other trainers and anything that speaks HTTP.
+
+- `reward_server`: FastAPI app (`rubricrl serve`): OpenRLHF's remote reward API, `/v1/score`,
+  `/health`, `/metrics`; its parts: `server_settings`, `server_limits`, `server_metrics`, `openrlhf`.
+- `verl`: `compute_score` and friends for verl's `custom_reward_function`.
+- shared: `rubric_values` (rubrics carried in data values), `row_rewards` (verdicts -> reward and
+  per-row logs under an error policy), `judge_runner` (a judge on a private event loop).
+"""

@@ -1,0 +1,272 @@
+"""The reward server: rubric rewards over HTTP (FastAPI app; `rubricrl serve` runs it with uvicorn).
+
+Routes: OpenRLHF's remote reward API at `POST /` and `POST /get_reward`; the native `POST /v1/score`
+(rows in, scores and verdicts out); `GET /health`; Prometheus `GET /metrics`; the OpenAPI spec at
+`/openapi.json`. Rules (docs/scaling.md): a bearer token (header, or `?token=` for clients that
+cannot set headers) guards every route but /health and the spec; bodies over `max_body` get 413;
+`concurrency` requests are judged at once and `queue` more wait, beyond that 503 + Retry-After;
+a request not answered within `timeout` seconds (queueing included) gets 504; unusable rows get
+422 naming every bad row and field; judge errors follow the error policy (row_rewards.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Sequence
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import APIKeyQuery, HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from ..conversation import as_conversation
+from ..judges.base import Judge
+from ..verdict import Status
+from .openrlhf import RequestProblems, RowProblem, parse_request
+from .row_rewards import RowInput, RowReward, failures, judge_rows, row_reward
+from .rubric_values import RubricValueError, bundled_names, rubric_value
+from .server_api import (ErrorMessage, Health, OpenRLHFRequest, OpenRLHFResponse, RowErrors, RowResult,
+                         ScoreRequest, ScoreResponse)
+from .server_limits import Admission, BodyLimit, QueueFull, RequestTimeout
+from .server_metrics import RequestMetrics, ServerMetrics
+from .server_settings import ServerSettings
+
+log = logging.getLogger("rubricrl.serve")
+ROUTES = ("/", "/get_reward", "/v1/score", "/health", "/metrics")
+
+
+class JudgeFailures(Exception):
+    """Rows whose reward is not a judgement, under error policy `raise` (answered with 502)."""
+
+    def __init__(self, failed: list[tuple[int, RowReward]]):
+        self.failed = failed
+
+
+def _errors(description: str, model=ErrorMessage) -> dict:
+    return {"model": model, "description": description}
+
+
+ERROR_RESPONSES = {
+    401: _errors("missing or wrong bearer token"),
+    413: _errors("request body larger than the server's --max-body"),
+    422: _errors("invalid request: schema errors, or rows that cannot be judged (each with loc "
+                 "[body, field, row], msg and fix)", RowErrors),
+    502: _errors("error policy `raise`: some rows got judge errors or could not be scored"),
+    503: _errors("the queue is full; retry after the Retry-After header's seconds"),
+    504: _errors("not answered within the server's --timeout (queueing included)"),
+}
+
+
+def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
+    """The reward server app; `judge` defaults to `make_judge(settings.judge)` (built here, before serving)."""
+    if judge is None:
+        from ..judges import make_judge
+
+        judge = make_judge(settings.judge)
+    metrics = ServerMetrics(judge, ROUTES)
+    admission = Admission(settings.concurrency, settings.queue)
+    metrics.in_flight.set_function(lambda: admission.active)
+    metrics.queued.set_function(lambda: admission.waiting)
+    app = FastAPI(title="rubricrl reward server", version="1", description=__doc__.split("\n\n", 1)[1])
+    app.state.settings, app.state.judge, app.state.metrics, app.state.admission = settings, judge, metrics, admission
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body,
+                       on_reject=lambda: metrics.rejected.labels("body_too_large").inc())
+    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: counts 413s too
+    authorized = _token_check(settings, metrics)
+    _error_handlers(app, metrics)
+
+    async def judged(rows: Sequence[RowInput]) -> list[RowReward]:
+        if not rows:
+            return []
+
+        async def work():
+            metrics.judge_batches.inc()
+            return await judge_rows(judge, rows)
+
+        verdicts = await admission.run(work, settings.timeout)
+        rewards = [row_reward(r.rubric, v, soft=settings.soft) for r, v in zip(rows, verdicts)]
+        for r in rewards:
+            metrics.rows.labels(r.status).inc()
+            for v in r.verdicts:
+                metrics.verdicts.labels(v.status.value).inc()
+        failed = failures(rewards)
+        if failed:
+            log.warning("%d of %d rows not scored (%s): first: row %d: %s", len(failed), len(rewards),
+                        "request fails: error policy raise" if settings.error_policy == "raise" else "reward 0.0",
+                        failed[0][0], failed[0][1].problem)
+            if settings.error_policy == "raise":
+                raise JudgeFailures(failed)
+        return rewards
+
+    async def openrlhf_reward(body: OpenRLHFRequest) -> OpenRLHFResponse:
+        rows = parse_request(body.query, body.prompts, body.labels, settings.rubric)
+        rewards = await judged(rows)
+        logs: dict[str, list[float]] = {key: [] for key in _log_keys(settings)}
+        for row, r in zip(rows, rewards):
+            for key, value in r.logs().items():
+                logs[key].append(value)
+            if settings.rubric is not None:
+                same = row.rubric.content_hash() == settings.rubric.content_hash()
+                by_id = {v.criterion_id: v for v in r.verdicts} if same else {}
+                for c in settings.rubric.criteria:
+                    v = by_id.get(c.id)
+                    logs[f"rubric_met/{c.id}"].append(float(v is not None and v.status is Status.MET))
+                    logs[f"rubric_decided/{c.id}"].append(float(v is not None and v.decided))
+        return OpenRLHFResponse(rewards=[r.reward for r in rewards],
+                                scores=[min(1.0, max(0.0, r.reward)) for r in rewards], extra_logs=logs)
+
+    for path in ("/", "/get_reward"):
+        app.add_api_route(path, openrlhf_reward, methods=["POST"], response_model=OpenRLHFResponse,
+                          dependencies=[Depends(authorized)], responses=ERROR_RESPONSES,
+                          summary="OpenRLHF remote reward (--remote_rm_url / --reward.remote_url)",
+                          operation_id="openrlhf_reward" + path.replace("/", "_").rstrip("_"))
+
+    @app.post("/v1/score", response_model=ScoreResponse, dependencies=[Depends(authorized)],
+              responses=ERROR_RESPONSES, summary="Score rows: verdicts, scores and rewards")
+    async def score(body: ScoreRequest) -> ScoreResponse:
+        rows = _score_rows(body, settings)
+        rewards = await judged(rows)
+        results = [_result(item.id, row, r, body.verdicts) for item, row, r in zip(body.rows, rows, rewards)]
+        return ScoreResponse(judge=judge.judge_id, results=results)
+
+    @app.get("/health", response_model=Health, summary="Liveness and what the server judges with (no token)")
+    async def health() -> Health:
+        rubric = settings.rubric
+        return Health(status="ok", judge=judge.judge_id,
+                      rubric=(rubric.id or rubric.content_hash()[:12]) if rubric else None,
+                      in_flight=admission.active, queued=admission.waiting)
+
+    @app.get("/metrics", response_class=PlainTextResponse, dependencies=[Depends(authorized)],
+             responses={401: ERROR_RESPONSES[401]}, summary="Prometheus metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _log_keys(settings: ServerSettings) -> list[str]:
+    """extra_logs keys: fixed by the server's settings, so every row and every replica agree."""
+    from .row_rewards import LOG_KEYS
+
+    keys = list(LOG_KEYS)
+    if settings.rubric is not None:
+        for c in settings.rubric.criteria:
+            keys += [f"rubric_met/{c.id}", f"rubric_decided/{c.id}"]
+    return keys
+
+
+def _score_rows(body: ScoreRequest, settings: ServerSettings) -> list[RowInput]:
+    rows, problems = [], []
+    for i, item in enumerate(body.rows):
+        try:
+            rubric = rubric_value(item.rubric, f"rows[{i}].rubric") if item.rubric not in (None, "") \
+                else settings.rubric
+        except RubricValueError as exc:
+            problems.append(RowProblem("rows", i, str(exc), "send a valid rubric (docs/rubrics.md) or one of the "
+                                                            f"bundled names {bundled_names()}"))
+            continue
+        if rubric is None:
+            problems.append(RowProblem("rows", i, "has no rubric and the server has none",
+                                       "add `rubric` to the row or start the server with --rubric"))
+            continue
+        prompt = item.prompt if isinstance(item.prompt, str) else [m.model_dump() for m in item.prompt]
+        try:
+            conversation = as_conversation(prompt)
+        except ValidationError as exc:  # pragma: no cover - MessageIn already validated the messages
+            problems.append(RowProblem("rows", i, f"prompt: {exc.errors()[0]['msg']}", "fix the messages"))
+            continue
+        rows.append(RowInput(conversation, item.response, rubric))
+    if problems:
+        raise RequestProblems(problems)
+    return rows
+
+
+def _result(row_id: str | None, row: RowInput, r: RowReward, with_verdicts: bool) -> RowResult:
+    s = r.score
+    return RowResult(id=row_id, status=r.status, reward=r.reward, score=s.score, points=r.points,
+                     raw_score=s.raw_score, coverage=s.coverage, gated=s.gated,
+                     failed_hard_rules=list(s.failed_hard_rules), judge_errors=s.n_error, skipped=s.n_skipped,
+                     tag_scores=s.tag_scores, rubric_hash=row.rubric.content_hash(), problem=r.problem,
+                     verdicts=list(r.verdicts) if with_verdicts else None)
+
+
+def _token_check(settings: ServerSettings, metrics: ServerMetrics):
+    """A dependency that accepts the bearer token from the Authorization header or `?token=`."""
+    bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer TOKEN (when the server has a token)")
+    in_query = APIKeyQuery(name="token", auto_error=False,
+                           description="the token as a query parameter, for clients that cannot set headers "
+                                       "(OpenRLHF's reward client); redacted from the access log")
+    expected = settings.token.encode() if settings.token else None
+
+    async def authorized(credentials: HTTPAuthorizationCredentials | None = Security(bearer),
+                         token: str | None = Security(in_query)) -> None:
+        if expected is None:
+            return
+        given = credentials.credentials if credentials is not None else token
+        if not given or not secrets.compare_digest(given.encode(), expected):
+            metrics.rejected.labels("unauthorized").inc()
+            raise HTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer TOKEN` "
+                                     "(or `?token=TOKEN`)", headers={"WWW-Authenticate": "Bearer"})
+
+    return authorized
+
+
+def _error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    @app.exception_handler(RequestProblems)
+    async def invalid_rows(request: Request, exc: RequestProblems) -> JSONResponse:
+        metrics.rejected.labels("invalid_rows").inc()
+        return JSONResponse({"detail": [p.detail() for p in exc.problems]}, status_code=422)
+
+    @app.exception_handler(QueueFull)
+    async def queue_full(request: Request, exc: QueueFull) -> JSONResponse:
+        metrics.rejected.labels("queue_full").inc()
+        return JSONResponse({"detail": f"the server is busy (queue full); retry in {exc.retry_after} s"},
+                            status_code=503, headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(RequestTimeout)
+    async def timeout(request: Request, exc: RequestTimeout) -> JSONResponse:
+        metrics.rejected.labels("timeout").inc()
+        seconds = request.app.state.settings.timeout
+        return JSONResponse({"detail": f"not answered within {seconds:g} s (queueing included); send fewer rows "
+                                       "per request, add replicas, or raise --timeout"}, status_code=504)
+
+    @app.exception_handler(JudgeFailures)
+    async def judge_failures(request: Request, exc: JudgeFailures) -> JSONResponse:
+        metrics.rejected.labels("judge_failure").inc()
+        shown = "; ".join(f"row {i}: {r.problem}" for i, r in exc.failed[:5])
+        return JSONResponse({"detail": f"{len(exc.failed)} row(s) not scored (error policy raise; judge errors are "
+                                       f"never cached, so a retry judges them again): {shown}"}, status_code=502)
+
+
+class RedactToken(logging.Filter):
+    """Hide `token=...` in uvicorn's access log lines (the path is the third argument)."""
+
+    pattern = re.compile(r"(token=)[^&\s]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) >= 3 and isinstance(record.args[2], str):
+            args = list(record.args)
+            args[2] = self.pattern.sub(r"\1REDACTED", args[2])
+            record.args = tuple(args)
+        return True
+
+
+def serve(settings: ServerSettings, judge: Judge | None = None) -> None:
+    """Build the app (loading the judge) and serve it with uvicorn until interrupted; a judge that
+    cannot be built raises ValueError."""
+    import uvicorn
+
+    from ..judges import JudgeSpecError
+    from ..models import ModelNotFoundError
+
+    try:
+        app = create_app(settings, judge)
+    except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
+        raise ValueError(f"--judge {settings.judge}: {exc}") from None
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+    logging.getLogger("uvicorn.access").addFilter(RedactToken())
+    logging.getLogger("rubricrl").setLevel(logging.INFO)
+    uvicorn.Server(config).run()

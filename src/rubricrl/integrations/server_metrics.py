@@ -1,0 +1,114 @@
+"""Prometheus metrics of the reward server, in a registry of its own (one per app).
+
+Request counts and latency come from an ASGI middleware; row outcomes and verdict statuses from
+the handlers; the judge's own counters (model calls, tokens, error verdicts, cache hits) are read
+from the judge at scrape time, so they are never double-counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class ServerMetrics:
+    def __init__(self, judge, routes: tuple[str, ...]):
+        self.registry = CollectorRegistry()
+        self.routes = set(routes)
+        r = self.registry
+        self.requests = Counter("rubricrl_requests", "HTTP requests by route and status code",
+                                ["route", "code"], registry=r)
+        self.latency = Histogram("rubricrl_request_seconds", "HTTP request latency by route", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.rows = Counter("rubricrl_rows", "Rows answered, by outcome (scored, unscored, judge_error)",
+                            ["outcome"], registry=r)
+        self.verdicts = Counter("rubricrl_verdicts", "Verdicts in answered rows, by status", ["status"], registry=r)
+        self.judge_batches = Counter("rubricrl_judge_batches", "Calls of the judge (one per request)", registry=r)
+        self.rejected = Counter("rubricrl_rejected", "Requests refused, by reason (unauthorized, body_too_large, "
+                                "queue_full, timeout, invalid_rows, judge_failure)", ["reason"], registry=r)
+        self.in_flight = Gauge("rubricrl_requests_in_flight", "Requests being judged", registry=r)
+        self.queued = Gauge("rubricrl_requests_queued", "Requests waiting for a judging slot", registry=r)
+        r.register(JudgeCollector(judge))
+
+    def route(self, path: str) -> str:
+        """The route label: known paths only, so arbitrary URLs cannot grow the label set."""
+        return path if path in self.routes else "other"
+
+
+class JudgeCollector(Collector):
+    """The judge's running totals, per part of a routed judge (rules, exemplar, model)."""
+
+    def __init__(self, judge):
+        self.judge = judge
+
+    def parts(self) -> list[tuple[str, object]]:
+        found = [(name, getattr(self.judge, attr, None)) for name, attr in
+                 (("rules", "rules"), ("exemplar", "exemplar_judge"), ("model", "model_judge"))]
+        found = [(n, j) for n, j in found if j is not None]
+        return found or [("judge", self.judge)]
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        families = {name: CounterMetricFamily(f"rubricrl_judge_{name}", doc, labels=["part"]) for name, doc in (
+            ("model_calls", "Judge model forward passes or HTTP calls"),
+            ("tokens", "Judge model tokens"),
+            ("verdicts", "Verdicts the judge produced (cache hits excluded)"),
+            ("error_verdicts", "Error verdicts the judge produced"))}
+        for part, judge in self.parts():
+            stats = getattr(judge, "stats", None)
+            if stats is None:
+                continue
+            families["model_calls"].add_metric([part], stats.model_calls)
+            families["tokens"].add_metric([part], stats.tokens)
+            families["verdicts"].add_metric([part], stats.verdicts)
+            families["error_verdicts"].add_metric([part], stats.errors)
+        yield from families.values()
+        cache = self.cache()
+        hits = CounterMetricFamily("rubricrl_judge_cache_hits", "Verdicts answered from the verdict cache")
+        misses = CounterMetricFamily("rubricrl_judge_cache_misses", "Verdicts the cache did not hold")
+        hits.add_metric([], getattr(cache, "hits", 0))
+        misses.add_metric([], getattr(cache, "misses", 0))
+        yield hits
+        yield misses
+
+    def cache(self):
+        """The CachedJudge inside the model judge (through calibration wrappers), or None."""
+        judge = getattr(self.judge, "model_judge", None)
+        for _ in range(5):
+            if judge is None or hasattr(judge, "hits"):
+                return judge
+            judge = getattr(judge, "inner", None)
+        return None
+
+
+class RequestMetrics:
+    """ASGI middleware: count every HTTP request by route and status and time it (413s included)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = self.metrics.route(scope["path"])
+        status = 500
+        started = time.perf_counter()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
