@@ -28,9 +28,10 @@ class ScoreRunResult:
     skipped_existing: int  # rows found already in --out
 
 
-def existing_ids(out_path: Path) -> set[str]:
-    """Ids of rows already in `out_path`. A torn last line (a killed run) is cut off first, so
-    no partial JSON stays in the file; a corrupt line elsewhere is an error, never overwritten."""
+def existing_ids(out_path: Path, field: str = "id") -> set[str]:
+    """Ids (the `field` of each line) of rows already in `out_path`. A torn last line (a killed run)
+    is cut off first, so no partial JSON stays in the file; a corrupt line elsewhere is an error,
+    never overwritten."""
     if not out_path.exists():
         return set()
     data = out_path.read_bytes()
@@ -44,7 +45,7 @@ def existing_ids(out_path: Path) -> set[str]:
         if not line.strip():
             continue
         try:
-            ids.add(json.loads(line)["id"])
+            ids.add(json.loads(line)[field])
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{out_path}:{number}: not a rubricrl result line; choose another --out "
                              "or remove that line") from None
@@ -78,24 +79,37 @@ def invalid_record(row: InvalidRow) -> dict:
 def score_file(data: Path, out: Path, judge: Judge, rubric: Rubric | None = None, *, batch_size: int = 16,
                on_rows: Callable[[int], None] | None = None) -> ScoreRunResult:
     """Score `data` into `out` (appending; rows already present are skipped)."""
-    return asyncio.run(_score_file(Path(data), Path(out), judge, rubric, batch_size, on_rows or (lambda n: None)))
+    return score_rows(read_rows(data), Path(out), judge, rubric, batch_size=batch_size, on_rows=on_rows)
 
 
-async def _score_file(data: Path, out: Path, judge: Judge, rubric: Rubric | None, batch_size: int,
-                      on_rows: Callable[[int], None]) -> ScoreRunResult:
-    done = existing_ids(out)
+def score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path, judge: Judge, rubric: Rubric | None = None,
+               *, batch_size: int = 16, on_rows: Callable[[int], None] | None = None, key_field: str = "id",
+               annotate: Callable[[ScoringRow | InvalidRow, dict], dict] | None = None) -> ScoreRunResult:
+    """Score `rows` into `out` like `score_file`. A row is skipped when its id is already the
+    `key_field` of a line in `out`; a dict is a finished record (e.g. a failed generation), written
+    as is; `annotate(row, record)` adds fields to each judged or invalid row's record."""
+    return asyncio.run(_score_rows(rows, Path(out), judge, rubric, batch_size, on_rows or (lambda n: None),
+                                   key_field, annotate))
+
+
+async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path, judge: Judge,
+                      rubric: Rubric | None, batch_size: int, on_rows: Callable[[int], None], key_field: str,
+                      annotate: Callable | None) -> ScoreRunResult:
+    done = existing_ids(out, key_field)
     out.parent.mkdir(parents=True, exist_ok=True)
     written = skipped = 0
     with open(out, "a", encoding="utf-8") as sink:
-        for batch in _batches(read_rows(data), batch_size):
+        for batch in _batches(rows, batch_size):
             todo = []
             for row in batch:
-                if row.id in done:
+                if (row[key_field] if isinstance(row, dict) else row.id) in done:
                     skipped += 1
                     on_rows(1)
                 else:
                     todo.append(row)
             records = await _score_batch(todo, judge, rubric)
+            if annotate is not None:
+                records = [r if isinstance(row, dict) else annotate(row, r) for row, r in zip(todo, records)]
             for record in records:
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
             sink.flush()
@@ -105,11 +119,14 @@ async def _score_file(data: Path, out: Path, judge: Judge, rubric: Rubric | None
     return ScoreRunResult(out, written, skipped)
 
 
-async def _score_batch(rows: list[ScoringRow | InvalidRow], judge: Judge, shared: Rubric | None) -> list[dict]:
+async def _score_batch(rows: list[ScoringRow | InvalidRow | dict], judge: Judge, shared: Rubric | None) -> list[dict]:
+    """One record per row, in order (a dict row is already a record)."""
     records: list[dict | None] = [None] * len(rows)
     jobs = []
     for i, row in enumerate(rows):
-        if isinstance(row, InvalidRow):
+        if isinstance(row, dict):
+            records[i] = row
+        elif isinstance(row, InvalidRow):
             records[i] = invalid_record(row)
         elif row.rubric is None and shared is None:
             records[i] = {"id": row.id, "line": row.line, "status": "invalid", "score": None,
@@ -123,7 +140,7 @@ async def _score_batch(rows: list[ScoringRow | InvalidRow], judge: Judge, shared
                                      for _, row, rubric, _ in jobs])
         for (i, row, rubric, source), verdicts in zip(jobs, answers):
             records[i] = result_record(row, rubric, source, verdicts)
-    return [r for r in records if r is not None]
+    return records
 
 
 def _batches(items: Iterable, size: int) -> Iterable[list]:

@@ -48,8 +48,10 @@ def row_id(raw: dict, line: int) -> str:
     return f"line-{line}"
 
 
-def parse_row(raw: object, source: str, line: int) -> ScoringRow | InvalidRow:
-    """Validate one decoded JSONL value into a row (or an InvalidRow naming what is wrong)."""
+def parse_row(raw: object, source: str, line: int, *, need_response: bool = True) -> ScoringRow | InvalidRow:
+    """Validate one decoded JSONL value into a row (or an InvalidRow naming what is wrong).
+    With `need_response=False` (prompts to generate for, `rubricrl eval`) any response field is
+    ignored and the row's `response` is empty."""
     if not isinstance(raw, dict):
         return InvalidRow(f"line-{line}", line, Problem(source, line, "", f"row must be a JSON object, got "
                                                                           f"{type(raw).__name__}"))
@@ -68,9 +70,9 @@ def parse_row(raw: object, source: str, line: int) -> ScoringRow | InvalidRow:
         return invalid(prompt_key, f"not a string or a list of {{role, content}} messages ({first})")
 
     response_key = next((k for k in RESPONSE_FIELDS if k in raw), None)
-    if response_key is None:
+    if response_key is None and need_response:
         return invalid("response", "missing", "add `response` with the text to judge")
-    response = _response_text(raw[response_key])
+    response = _response_text(raw[response_key]) if need_response else ""
     if response is None:
         return invalid(response_key, f"must be a string (or [{{role: assistant, content: str}}]), got "
                                      f"{type(raw[response_key]).__name__}")
@@ -92,7 +94,7 @@ def _response_text(value: object) -> str | None:
     return None
 
 
-def read_rows(path: str | Path) -> Iterator[ScoringRow | InvalidRow]:
+def read_rows(path: str | Path, *, need_response: bool = True) -> Iterator[ScoringRow | InvalidRow]:
     """Yield every line of a JSONL file as a row or an InvalidRow; blank lines are ignored.
     Duplicate row ids are reported as invalid (resuming relies on ids being unique)."""
     source = str(path)
@@ -109,7 +111,7 @@ def read_rows(path: str | Path) -> Iterator[ScoringRow | InvalidRow]:
                 yield InvalidRow(f"line-{line_no}", line_no, Problem(source, line_no, "", f"malformed JSON: {reason}",
                                                                      "one JSON object per line"))
                 continue
-            row = parse_row(raw, source, line_no)
+            row = parse_row(raw, source, line_no, need_response=need_response)
             if row.id in seen:
                 row = InvalidRow(f"line-{line_no}", line_no, Problem(
                     source, line_no, "id", f"duplicate row id {row.id!r}", "give every row a unique id"))
