@@ -779,14 +779,57 @@ def llama_server(
         server.stop()
 
 
+@app.command("eval")
+def eval_(
+    out: Annotated[Path, typer.Option(help="Eval directory: run.json, generations.jsonl, results.jsonl, summary.json, "
+                                           "report.html. Re-running the same command resumes it.")],
+    policy: Annotated[Optional[str], typer.Option(help="Policy to evaluate: local[:MODEL], llamacpp[:FILE.gguf] or "
+                                                       "openai:URL?model=NAME (default: the run's).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="JSONL prompts (HealthBench rows work as-is); a response "
+                                                      "field is ignored (default: the run's).")] = None,
+    judge: Annotated[Optional[str], typer.Option(help="Judge spec as in `rubricrl score` (default: the run's, "
+                                                      "else exemplar+local).")] = None,
+    rubric: Annotated[Optional[Path], typer.Option(help="Rubric file or bundled name for rows without their own.")] = None,
+    samples: Annotated[Optional[int], typer.Option(min=1, help="Generations per row (default 1).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per generation (default 512).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, help="Sampling temperature (default 0).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed; sample k uses SEED+k (default 0).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Generations in flight at once.")] = 4,
+    batch_size: Annotated[int, typer.Option(min=1, help="Units judged together.")] = 16,
+    rejudge: Annotated[bool, typer.Option("--rejudge", help="Re-score the saved generations (e.g. with another "
+                                                            "--judge); the old results are kept.")] = False,
+):
+    """Generate with a policy, judge, and aggregate (HealthBench semantics); resumes after a kill."""
+    from .eval_cli import eval_command
+    from .evaluation import EvalRequest
+
+    eval_command(EvalRequest(out, policy, data, judge, rubric, samples, max_tokens, temperature, seed, concurrency,
+                             batch_size, rejudge))
+
+
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="A training run directory.")]):
+def compare(
+    dir_a: Annotated[Path, typer.Argument(help="Eval directory A (the baseline).")],
+    dir_b: Annotated[Path, typer.Argument(help="Eval directory B; differences are B - A.")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparison as JSON.")] = None,
+    html_out: Annotated[Optional[Path], typer.Option("--html", help="Write the comparison as HTML.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Examples that changed most to list.")] = 10,
+):
+    """Paired difference of two evals (same row ids and samples) with a bootstrap CI, per criterion and tag."""
+    from .eval_cli import compare_command
+
+    compare_command(dir_a, dir_b, json_out, html_out, top)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A training run or `rubricrl eval` directory.")]):
     """(Re)write RUN_DIR/report.html from the run's files."""
+    from .eval_report import is_eval_dir, write_eval_report
     from .report import write_report
 
     try:
-        path = write_report(run_dir)
-    except FileNotFoundError as exc:
+        path = write_eval_report(run_dir) if is_eval_dir(run_dir) else write_report(run_dir)
+    except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(f"wrote {path}", highlight=False)
 
