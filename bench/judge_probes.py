@@ -1,6 +1,6 @@
 """False-positive rate of the embedded judges on the probe suite, without and with the defences.
 
-    python bench/judge_probes.py [--limit 8] [--http-limit 4] [--generative-limit 2] [--judges SPEC,...]
+    python bench/judge_probes.py [--limit 8] [--http-limit 4] [--generative-limit 2] [--judges SPEC,...] [--evidence]
 
 For each judge spec (default: `local`, `llamacpp?mode=logprob`, `llamacpp?mode=per_criterion`), every
 probe of `rubricrl.judges.probes` (master keys, empty, fake verdicts, injections, ...) is judged on
@@ -85,10 +85,12 @@ def main() -> None:
     parser.add_argument("--generative-limit", type=int, default=2,
                         help="prompts for per_criterion / batched specs, which generate an explanation per verdict")
     parser.add_argument("--judges", default=DEFAULT_JUDGES, help="comma-separated judge specs")
+    parser.add_argument("--evidence", action="store_true",
+                        help="the 'on' pass also requires evidence quotes (generative HTTP modes)")
     args = parser.parse_args()
     rubric = load_rubric(bundled_rubric_path("empathy"))
     print(f"rubric {rubric.id}; probes per prompt: {len(bundled_items(1, rubric)[0].probes())}; "
-          f"defences on = {Defences().describe()}")
+          f"defences on = {Defences(require_evidence=args.evidence).describe()}")
     summary = []  # (spec, prompts, master keys, overall, seconds)
     with tempfile.TemporaryDirectory(prefix="judge-probes-") as tmp:
         for n, spec in enumerate(s.strip() for s in args.judges.split(",")):
@@ -98,7 +100,7 @@ def main() -> None:
             items = bundled_items(limit, rubric)
             start = time.perf_counter()
             without = make_judge(spec, cache_path=Path(tmp) / f"verdicts-{n}.sqlite", defences=Defences.off())
-            with_ = without.with_defences(Defences())
+            with_ = without.with_defences(Defences(require_evidence=args.evidence))
             try:
                 report = run_audit(without, with_, items)
             finally:
