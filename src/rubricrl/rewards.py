@@ -74,6 +74,8 @@ class RubricReward:
                 requests.append(JudgeRequest(conv, text, rubric.criteria))
         stats = getattr(self.judge, "stats", None)
         before = (stats.model_calls, stats.tokens, stats.cost) if stats is not None else None
+        guard = getattr(self.judge, "defence_stats", None)  # judges/defences.py counters of the router
+        guard_before = (guard.prechecked, guard.neutralised, guard.downgraded) if guard is not None else None
         answers = _run(self.judge.judge(requests)) if requests else []
         rewards: list[float | None] = []
         records = []
@@ -94,6 +96,10 @@ class RubricReward:
         if before is not None and columns.get("log_metric") is not None:  # judge spend of this step
             for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"), before,
                                        (stats.model_calls, stats.tokens, stats.cost)):
+                columns["log_metric"](f"{self.__name__}/{key}", float(now - start))
+        if guard_before is not None and columns.get("log_metric") is not None:  # defences that fired this step
+            for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded"),
+                                       guard_before, (guard.prechecked, guard.neutralised, guard.downgraded)):
                 columns["log_metric"](f"{self.__name__}/{key}", float(now - start))
         return rewards
 

@@ -1,0 +1,171 @@
+"""verl reward functions: rubric rewards through verl's `custom_reward_function`.
+
+    custom_reward_function.path=pkg://rubricrl.integrations.verl   (or examples/verl/reward.py)
+    custom_reward_function.name=compute_score        # naive, dapo and reward-loop managers: one sample per call
+                               compute_score_batch  # reward_model.reward_manager=batch: lists in, list out
+                               compute_score_async  # the reward loop awaits it instead of using a thread
+
+Every call returns `{"score": reward, **logs}` with the same keys for every sample (row_rewards.LOG_KEYS).
+The rubric comes from `ground_truth` when it holds one (a rubric object or list, a JSON string, a
+bundled name), else from `extra_info["rubric"]`, else the default rubric; the conversation from
+`extra_info["prompt"]` (string or messages), else `extra_info["question"]` (verl does not pass the
+prompt to reward functions). Options come from reward_kwargs, else the environment:
+`judge` (RUBRICRL_JUDGE, default `exemplar+local`), `rubric` (RUBRICRL_RUBRIC: bundled name or file),
+`error_policy` (RUBRICRL_ERROR_POLICY: `zero`, the default, or `raise`), `soft` (default true).
+A judge is built once per process and option set and runs on its own event loop (judge_runner.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..conversation import Conversation, as_conversation
+from ..rewards import JudgeFailure
+from ..rubric import Rubric
+from .judge_runner import JudgeRunner
+from .row_rewards import ERROR_POLICIES, RowInput, RowReward, failures, row_reward
+from .rubric_values import is_blank, load_named_rubric, looks_like_rubric, plain, rubric_value
+
+JUDGE_ENV, RUBRIC_ENV, POLICY_ENV = "RUBRICRL_JUDGE", "RUBRICRL_RUBRIC", "RUBRICRL_ERROR_POLICY"
+DEFAULT_JUDGE = "exemplar+local"
+OPTIONS = ("judge", "rubric", "error_policy", "soft")
+VERL_EXTRAS = ("reward_router_address", "reward_model_tokenizer")  # the reward loop may pass these; unused
+
+log = logging.getLogger("rubricrl.verl")
+_scorers: dict[tuple, _Scorer] = {}
+_scorers_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
+                  **kwargs: Any) -> dict[str, float]:
+    """One sample's reward and logs, as verl's naive/dapo/reward-loop managers call it."""
+    return _scorer(kwargs).score([(data_source, solution_str, ground_truth, extra_info)])[0]
+
+
+def compute_score_batch(data_sources: Sequence[Any], solution_strs: Sequence[str], ground_truths: Sequence[Any],
+                        extra_infos: Sequence[dict | None] | None = None, **kwargs: Any) -> list[dict[str, float]]:
+    """Every sample's reward and logs in one judge call, as verl's batch manager calls it."""
+    extra_infos = list(extra_infos) if extra_infos is not None else [None] * len(solution_strs)
+    return _scorer(kwargs).score(list(zip(data_sources, solution_strs, ground_truths, extra_infos, strict=True)))
+
+
+async def compute_score_async(data_source: Any, solution_str: str, ground_truth: Any,
+                              extra_info: dict | None = None, **kwargs: Any) -> dict[str, float]:
+    """compute_score for callers that await (verl's reward loop with an async reward function)."""
+    return (await _scorer(kwargs).ascore([(data_source, solution_str, ground_truth, extra_info)]))[0]
+
+
+def totals() -> dict[str, int]:
+    """Counts over every call in this process: samples, scored, unscored, judge_error."""
+    out: Counter = Counter()
+    for scorer in list(_scorers.values()):
+        out.update(scorer.totals)
+    return dict(out)
+
+
+class _Scorer:
+    """One judge, default rubric and policy; turns verl samples into rows and rewards into dicts."""
+
+    def __init__(self, judge: str, rubric: str | None, error_policy: str, soft: bool):
+        from ..judges import make_judge
+
+        if error_policy not in ERROR_POLICIES:
+            raise ValueError(f"error_policy must be one of {ERROR_POLICIES}, not {error_policy!r} (verl needs a "
+                             "number for every sample, so rows cannot be masked)")
+        self.default: Rubric | None = load_named_rubric(rubric) if rubric else None
+        self.runner = JudgeRunner(make_judge(judge))
+        self.error_policy, self.soft = error_policy, soft
+        self.totals: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def score(self, samples: list[tuple]) -> list[dict[str, float]]:
+        rows = [self._row(i, *s) for i, s in enumerate(samples)]
+        return self._finish(rows, self.runner.run(rows))
+
+    async def ascore(self, samples: list[tuple]) -> list[dict[str, float]]:
+        rows = [self._row(i, *s) for i, s in enumerate(samples)]
+        return self._finish(rows, await self.runner.arun(rows))
+
+    def _finish(self, rows: list[RowInput], verdicts) -> list[dict[str, float]]:
+        rewards = [row_reward(r.rubric, v, soft=self.soft) for r, v in zip(rows, verdicts)]
+        with self._lock:
+            self.totals["samples"] += len(rewards)
+            self.totals.update(r.status for r in rewards)
+        failed = failures(rewards)
+        if failed:
+            self._report(failed, len(rewards))
+        return [{"score": r.reward, **r.logs()} for r in rewards]
+
+    def _report(self, failed: list[tuple[int, RowReward]], n: int) -> None:
+        first = f"sample {failed[0][0]}: {failed[0][1].problem}"
+        if self.error_policy == "raise":
+            raise JudgeFailure(f"{len(failed)} of {n} samples not scored (error_policy raise): {first}")
+        log.warning("%d of %d samples not scored, reward 0.0 (flagged rubric_scored=0): %s", len(failed), n, first)
+
+    def _row(self, index: int, data_source: Any, solution_str: str, ground_truth: Any,
+             extra_info: dict | None) -> RowInput:
+        extra = extra_info if isinstance(extra_info, dict) else {}
+        where = f"sample {index} (data_source {plain(data_source)!r})"
+        if not isinstance(solution_str, str):
+            raise TypeError(f"{where}: solution_str must be a string, got {type(solution_str).__name__}")
+        return RowInput(_conversation(extra, where), solution_str, self._rubric(ground_truth, extra, where))
+
+    def _rubric(self, ground_truth: Any, extra: dict, where: str) -> Rubric:
+        if not is_blank(ground_truth) and looks_like_rubric(ground_truth):
+            return rubric_value(ground_truth, f"{where} reward_model.ground_truth")
+        if not is_blank(extra.get("rubric")):
+            return rubric_value(extra["rubric"], f"{where} extra_info.rubric")
+        if self.default is not None:
+            return self.default
+        raise ValueError(f"{where}: no rubric: reward_model.ground_truth holds none and extra_info has no `rubric`; "
+                         "put the rubric (JSON) in either (examples/verl/prepare_data.py) or set a default rubric "
+                         f"with reward_kwargs.rubric or {RUBRIC_ENV}")
+
+
+def _conversation(extra: dict, where: str) -> Conversation:
+    for key in ("prompt", "question"):
+        value = plain(extra.get(key))
+        if is_blank(value) or value == []:
+            continue
+        try:
+            return as_conversation(value)
+        except (ValidationError, TypeError, ValueError):
+            raise ValueError(f"{where}: extra_info.{key} is not a string or a list of {{role, content}} messages; "
+                             "fix it in the data preparation") from None
+    _warn_once("no-prompt", "extra_info has no `prompt` (or `question`): model judges see the response without the "
+                            "conversation; copy the prompt into extra_info in data preparation "
+                            "(examples/verl/prepare_data.py)")
+    return as_conversation("")
+
+
+def _scorer(kwargs: dict[str, Any]) -> _Scorer:
+    unknown = sorted(set(kwargs) - set(OPTIONS) - set(VERL_EXTRAS))
+    if unknown:
+        _warn_once(f"kwargs:{unknown}", f"ignoring unknown reward_kwargs {unknown}; rubricrl reads {list(OPTIONS)}")
+    soft = kwargs.get("soft", True)
+    if isinstance(soft, str):
+        soft = soft.strip().lower() not in ("0", "false", "no", "off")
+    key = (kwargs.get("judge") or os.environ.get(JUDGE_ENV) or DEFAULT_JUDGE,
+           kwargs.get("rubric") or os.environ.get(RUBRIC_ENV) or None,
+           kwargs.get("error_policy") or os.environ.get(POLICY_ENV) or "zero", bool(soft))
+    scorer = _scorers.get(key)
+    if scorer is None:
+        with _scorers_lock:  # the first call builds the judge (models load once per process)
+            scorer = _scorers.get(key)
+            if scorer is None:
+                scorer = _scorers[key] = _Scorer(*key)
+    return scorer
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
