@@ -50,6 +50,7 @@ def _errors(description: str, model=ErrorMessage) -> dict:
 
 
 ERROR_RESPONSES = {
+    400: _errors("the body could not be read (e.g. not UTF-8)"),
     401: _errors("missing or wrong bearer token"),
     413: _errors("request body larger than the server's --max-body"),
     422: _errors("invalid request: schema errors, or rows that cannot be judged (each with loc "
