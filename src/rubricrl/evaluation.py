@@ -63,6 +63,10 @@ class JudgingSettings(BaseModel):
     rubric_path: str | None = None
     rubric_hash: str | None = None
 
+    def same(self, other: JudgingSettings | None) -> bool:
+        """Same judge spec and rubric content (a moved rubric file is the same rubric)."""
+        return other is not None and (self.judge, self.rubric_hash) == (other.judge, other.rubric_hash)
+
 
 class RunFile(BaseModel):
     """run.json of an eval directory."""
@@ -157,7 +161,7 @@ def resolve_rubric(path: Path | None) -> tuple[Rubric | None, str | None]:
     if not path.exists() and bundled_rubric_path(str(path)).is_file():
         path = bundled_rubric_path(str(path))
     try:
-        return load_rubric(path), str(path)
+        return load_rubric(path), str(path.resolve())
     except RubricError as exc:
         raise EvalError(f"--rubric is not valid:\n{exc}") from None
 
@@ -170,11 +174,11 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
     if existing is None and ((out / GENERATIONS).exists() or (out / RESULTS).exists()):
         raise EvalError(f"{out} has {GENERATIONS} or {RESULTS} but no {RUN_FILE}; it was not written by "
                         "`rubricrl eval`; choose another --out")
-    if existing is None and (req.policy is None or req.data is None):
-        raise EvalError(f"{out} is a new eval directory: --policy and --data are required")
     if req.rejudge and existing is None:
         raise EvalError(f"--rejudge re-scores saved generations, but {out} has no {RUN_FILE}; run `rubricrl eval` "
                         "without --rejudge first")
+    if existing is None and (req.policy is None or req.data is None):
+        raise EvalError(f"{out} is a new eval directory: --policy and --data are required")
     data = Path(req.data) if req.data is not None else Path(existing.data_path)
     if not data.is_file():
         raise EvalError(f"--data {data}: file not found" + ("" if req.data else " (the path in run.json; pass --data "
@@ -198,7 +202,7 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
     rubric, rubric_path = resolve_rubric(rubric_arg)
     judging = JudgingSettings(judge=req.judge or (existing.judging.judge if existing else DEFAULT_JUDGE),
                               rubric_path=rubric_path, rubric_hash=rubric.content_hash() if rubric else None)
-    changed = existing is not None and judging != existing.judging
+    changed = existing is not None and not judging.same(existing.judging)
     if changed and not req.rejudge:
         before = existing.judging
         raise EvalError(f"{out} was judged with --judge {before.judge!r}"
@@ -207,8 +211,8 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
                         + (f" and --rubric {judging.rubric_path} (hash {judging.rubric_hash[:12]})" if rubric_path
                            else "") + ". Add --rejudge to re-score the saved generations with the new judge (the "
                         "old results are kept), or re-run with the run's judge")
-    run = existing.model_copy(update={"judging": judging, "data_path": str(data)}) if existing else RunFile(
-        created=_now(), data_path=str(data), generation=generation, judging=judging)
+    run = existing.model_copy(update={"judging": judging, "data_path": str(data.resolve())}) if existing else RunFile(
+        created=_now(), data_path=str(data.resolve()), generation=generation, judging=judging)
     return run, existing.judging if existing else None, rubric
 
 
@@ -267,7 +271,8 @@ async def _generate(todo: list[tuple[ScoringRow, int]], model, gen: GenerationSe
     return len(todo)
 
 
-def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[str, dict], judge_spec: str):
+def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[str, dict], judge_spec: str,
+                  shared: Rubric | None):
     """What to judge, in data order: one unit per (row, sample), plus `annotate` that turns a judged
     record into an eval result record."""
     meta: dict[str, tuple[str, int, list, str]] = {}
@@ -289,7 +294,8 @@ def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[
 
     def annotate(unit: ScoringRow | InvalidRow, record: dict) -> dict:
         row_id, sample, tags, prompt = meta[unit.id]
-        texts = {c.id: c.text for c in unit.rubric.criteria} if isinstance(unit, ScoringRow) and unit.rubric else {}
+        rubric = (unit.rubric or shared) if isinstance(unit, ScoringRow) else None
+        texts = {c.id: c.text for c in rubric.criteria} if rubric else {}
         out = {"key": unit.id, **record, "id": row_id, "sample": sample, "example_tags": tags, "prompt": prompt,
                "response": unit.response if isinstance(unit, ScoringRow) else "", "judge": judge_spec}
         if "verdicts" in out:
@@ -330,7 +336,7 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
         raise EvalError(f"--rejudge re-scores saved generations, but {len(todo)} of {len(expected)} are not generated "
                         f"yet; finish them first with `rubricrl eval --out {out}` (without --rejudge)")
     outcome = EvalOutcome(run, {}, generated_before=len(expected) - len(todo), invalid_rows=invalid)
-    if req.rejudge and (previous != run.judging or run.judging_complete):  # else: resume an unfinished rejudge
+    if req.rejudge and (not run.judging.same(previous) or run.judging_complete):  # else: resume an unfinished rejudge
         outcome.archived = _archive(out)
         run.archived += [{"file": name, "judge": previous.judge, "rubric_hash": previous.rubric_hash, "at": _now()}
                          for name in outcome.archived]
@@ -348,7 +354,7 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
                                                           advance))
             del model
             gens = read_generations(out / GENERATIONS)
-        units, annotate = judging_units(rows, gen.samples, gens, run.judging.judge)
+        units, annotate = judging_units(rows, gen.samples, gens, run.judging.judge, shared)
         advance = phase("judging", len(units))
         result = score_rows(units, results_path, judge, shared, batch_size=req.batch_size, on_rows=advance,
                             key_field="key", annotate=annotate)
