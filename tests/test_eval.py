@@ -245,6 +245,16 @@ def test_rules_judge_policy_errors_invalid_rows_and_torn_lines(tmp_path, rubric_
         assert stub.policy_calls == calls + 1
         assert read_jsonl(out / "results.jsonl") == records
         assert len(read_jsonl(out / "generations.jsonl")) == 8
+        # policy errors are final on a resume; --retry-errors generates them again (the endpoint recovered)
+        stub.replies.update({"r2:": OKAY, "r4:": SORRY})
+        assert invoke(*args).exit_code == 0 and stub.policy_calls == calls + 1
+        result = invoke(*args, "--retry-errors")
+        assert result.exit_code == 0, result.output
+        assert stub.policy_calls == calls + 5 and "retried 4 policy error(s)" in result.output
+        records = read_jsonl(out / "results.jsonl")
+        assert len(records) == 14 and len({r["key"] for r in records}) == 14
+        s = json.loads((out / "summary.json").read_text())
+        assert s["policy_errors"] == 0 and s["score"]["mean"] == pytest.approx((1.0 + 0.5 - 0.25 + 1.0) / 4)
     finally:
         stub.close()
 

@@ -49,6 +49,8 @@ def eval_command(req: EvalRequest) -> None:
     if len(outcome.invalid_rows) > 10:
         err.print(f"[yellow]... and {len(outcome.invalid_rows) - 10} more invalid rows[/]", highlight=False)
     print_eval_summary(outcome.summary, title=f"rubricrl eval {req.out}")
+    if outcome.retried:
+        console.print(f"retried {outcome.retried} policy error(s)", highlight=False)
     if outcome.archived:
         console.print(f"kept the previous results as {', '.join(outcome.archived)}", highlight=False)
     console.print(f"generated {outcome.generated_now} now ({outcome.generated_before} saved before), judged "

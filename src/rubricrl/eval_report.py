@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .batch_scoring import read_results  # noqa: E402
 from .eval_summary import EstimateOut, EvalSummary, summarize_eval  # noqa: E402
@@ -35,9 +36,9 @@ def estimate_text(e: EstimateOut | None) -> str:
 
 def table(headers: list[str], rows: list[list[object]], raw: bool = False) -> str:
     """An HTML table; cells are escaped unless `raw` (cells built by this module)."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>" if headers else ""
     body = "".join("<tr>" + "".join(f"<td>{c if raw else esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<table>{head}{body}</table>"
 
 
 def distribution_plot(records: list[dict], summary: EvalSummary) -> str:
@@ -53,6 +54,7 @@ def distribution_plot(records: list[dict], summary: EvalSummary) -> str:
     ax.set_title("score per (row, sample), unclipped")
     ax.set_xlabel("score")
     ax.set_ylabel("units")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return _png(fig)
 
 
@@ -68,15 +70,16 @@ def criteria_table(summary: EvalSummary) -> str:
     items = list(summary.criteria.values())
     if summary.criteria_key == "text":  # per-row rubrics: the most frequent criteria first
         items.sort(key=lambda c: -(c.met + c.unmet + c.error + c.skipped))
-    rows = [[c.id, c.text[:300], f"{c.weight:+g}", " ".join(c.tags),
+    by_text = summary.criteria_key == "text"  # then ids (c1, c2, ... per row) say nothing
+    rows = [([] if by_text else [c.id]) + [c.text[:300], f"{c.weight:+g}", " ".join(c.tags),
              f"{c.pass_rate:.1%}" if c.pass_rate is not None else "-", c.met, c.unmet, c.error, c.skipped]
             for c in items[:MAX_CRITERIA]]
     note = (f"<p class=note>Showing {MAX_CRITERIA} of {len(items)} criteria (most frequent first); all are in "
             "summary.json.</p>" if len(items) > MAX_CRITERIA else "")
     keyed = ("<p class=note>Rows carry their own rubrics, so criteria are merged by their text.</p>"
              if summary.criteria_key == "text" else "")
-    return keyed + table(["id", "criterion", "points", "tags", "pass rate", "met", "unmet", "error", "skipped"],
-                         rows) + note
+    headers = ["criterion", "points", "tags", "pass rate", "met", "unmet", "error", "skipped"]
+    return keyed + table(headers if by_text else ["id", *headers], rows) + note
 
 
 def verdict_rows(record: dict) -> str:
@@ -136,11 +139,11 @@ def render_eval_report(out: Path) -> str:
              f"<p class=headline><b>Score {summary.score.mean:.3f}</b> (95% CI [{summary.score.ci_low:.3f}, "
              f"{summary.score.ci_high:.3f}], n={summary.score.n} rows)</p>" if summary.score else
              "<p class=headline><b>No unit could be scored.</b></p>",
-             "<h2>Headline</h2>", table(["", ""], headline),
+             "<h2>Headline</h2>", table([], headline),
              "<p class=note>HealthBench semantics: per unit, points of met criteria (negative points included) over "
              "positive points; the run score is the mean clipped to [0, 1]; the bootstrap (1000 resamples, seed 0) "
              "resamples rows, averaging a row's samples first.</p>",
-             "<h2>Settings</h2>", table(["", ""], settings),
+             "<h2>Settings</h2>", table([], settings),
              "<h2>Score distribution</h2>", distribution_plot(records, summary),
              "<h2>Per criterion tag (e.g. HealthBench axes)</h2>", tag_table(summary.criterion_tags),
              "<h2>Per example tag (e.g. HealthBench themes)</h2>", tag_table(summary.example_tags),

@@ -11,6 +11,8 @@ An eval directory holds:
 - `summary.json` and `report.html` (`eval_summary.py`, `eval_report.py`).
 `--rejudge` re-scores the saved generations: the old results.jsonl and summary.json are kept as
 `results.<UTC time>.jsonl` / `summary.<UTC time>.json` and listed in run.json `archived`.
+Policy errors are final on a resume; `--retry-errors` drops them (and their results) and generates
+them again (their new results are appended, after the others).
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class EvalRequest:
     concurrency: int = 4
     batch_size: int = 16
     rejudge: bool = False
+    retry_errors: bool = False
 
 
 @dataclass
@@ -109,6 +112,7 @@ class EvalOutcome:
     judged_now: int = 0
     judged_before: int = 0
     archived: list[str] = field(default_factory=list)
+    retried: int = 0  # policy errors dropped by --retry-errors to be generated again
     invalid_rows: list[str] = field(default_factory=list)
     report: Path | None = None
 
@@ -331,11 +335,16 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
     expected = [(row, s) for row in rows if isinstance(row, ScoringRow) for s in range(gen.samples)]
     out.mkdir(parents=True, exist_ok=True)
     gens = read_generations(out / GENERATIONS)
+    retried = 0
+    if req.retry_errors:
+        if req.rejudge:
+            raise EvalError("--retry-errors and --rejudge do not combine: retry the policy errors first, then re-judge")
+        gens, retried = _drop_policy_errors(out, gens)
     todo = [(row, s) for row, s in expected if unit_key(row.id, s) not in gens]
     if req.rejudge and todo:
         raise EvalError(f"--rejudge re-scores saved generations, but {len(todo)} of {len(expected)} are not generated "
                         f"yet; finish them first with `rubricrl eval --out {out}` (without --rejudge)")
-    outcome = EvalOutcome(run, {}, generated_before=len(expected) - len(todo), invalid_rows=invalid)
+    outcome = EvalOutcome(run, {}, generated_before=len(expected) - len(todo), retried=retried, invalid_rows=invalid)
     if req.rejudge and (not run.judging.same(previous) or run.judging_complete):  # else: resume an unfinished rejudge
         outcome.archived = _archive(out)
         run.archived += [{"file": name, "judge": previous.judge, "rubric_hash": previous.rubric_hash, "at": _now()}
@@ -378,6 +387,26 @@ def _check_results_judge(path: Path, judge: str) -> None:
     if others:
         raise EvalError(f"{path} holds results judged by {sorted(map(str, others))}, not {judge!r}; re-score them "
                         "with --rejudge (the old results are kept)")
+
+
+def _drop_policy_errors(out: Path, gens: dict[str, dict]) -> tuple[dict[str, dict], int]:
+    """Remove failed generations (and their results) so they are generated again. Results go first:
+    killed in between, the failures are still in generations.jsonl and a re-run with --retry-errors
+    drops them again; never a result without its generation."""
+    failed = {key for key, g in gens.items() if g["error"] is not None}
+    for name in (RESULTS, GENERATIONS):
+        path = out / name
+        if failed and path.exists():
+            existing_ids(path, "key")  # cut a torn last line
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                    if line.strip() and json.loads(line)["key"] not in failed]
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.writelines(kept)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+    return {k: g for k, g in gens.items() if k not in failed}, len(failed)
 
 
 def _archive(out: Path) -> list[str]:
