@@ -798,13 +798,15 @@ def eval_(
     batch_size: Annotated[int, typer.Option(min=1, help="Units judged together.")] = 16,
     rejudge: Annotated[bool, typer.Option("--rejudge", help="Re-score the saved generations (e.g. with another "
                                                             "--judge); the old results are kept.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Generate the saved policy errors again "
+                                                                      "(they are final otherwise).")] = False,
 ):
     """Generate with a policy, judge, and aggregate (HealthBench semantics); resumes after a kill."""
     from .eval_cli import eval_command
     from .evaluation import EvalRequest
 
     eval_command(EvalRequest(out, policy, data, judge, rubric, samples, max_tokens, temperature, seed, concurrency,
-                             batch_size, rejudge))
+                             batch_size, rejudge, retry_errors))
 
 
 @app.command()
