@@ -847,11 +847,13 @@ def serve(
     token: Annotated[Optional[str], typer.Option(envvar="RUBRICRL_SERVE_TOKEN", show_default=False,
                                                  help="Bearer token clients must send (env RUBRICRL_SERVE_TOKEN).")] = None,
     max_body: Annotated[int, typer.Option(min=1024, help="Largest request body in bytes (413).")] = 32 * 1024 * 1024,
-    concurrency: Annotated[int, typer.Option(min=1, help="Requests judged at once.")] = 4,
-    queue: Annotated[int, typer.Option(min=0, help="Requests waiting for a slot; beyond, 503 + Retry-After.")] = 64,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests judged at once.")] = 8,
+    queue: Annotated[int, typer.Option(min=0, help="Requests waiting for a slot; beyond, 503 + Retry-After.")] = 1024,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request, queueing included (504).")] = 120.0,
     error_policy: Annotated[str, typer.Option(help="A row with judge errors gets reward 0.0 (`zero`, flagged in "
                                                    "the logs) or fails the request with 502 (`raise`).")] = "zero",
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
+    cache_path: Annotated[Optional[Path], typer.Option(help="Verdict cache file (default: user cache dir).")] = None,
 ):
     """Serve rubric rewards over HTTP: OpenRLHF's remote reward API (POST / and /get_reward), /v1/score,
     /health and /metrics (docs/scaling.md)."""
@@ -861,7 +863,8 @@ def serve(
     try:
         settings = settings_from_options(rubric=rubric, judge=judge, host=host, port=port, token=token,
                                          max_body=max_body, concurrency=concurrency, queue=queue, timeout=timeout,
-                                         error_policy=error_policy)
+                                         error_policy=error_policy, cache=not no_cache,
+                                         cache_path=str(cache_path) if cache_path else None)
         run(settings)
     except ValueError as exc:
         fail(str(exc))

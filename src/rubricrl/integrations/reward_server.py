@@ -62,11 +62,11 @@ ERROR_RESPONSES = {
 
 
 def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
-    """The reward server app; `judge` defaults to `make_judge(settings.judge)` (built here, before serving)."""
+    """The reward server app; `judge` defaults to the one `settings.judge` names (built here, before serving)."""
     if judge is None:
         from ..judges import make_judge
 
-        judge = make_judge(settings.judge)
+        judge = make_judge(settings.judge, cache=settings.cache, cache_path=settings.cache_path)
     metrics = ServerMetrics(judge, ROUTES)
     admission = Admission(settings.concurrency, settings.queue)
     metrics.in_flight.set_function(lambda: admission.active)

@@ -29,12 +29,14 @@ class ServerSettings(BaseModel):
 
     rubric: Rubric | None = Field(default=None, description="rubric for rows whose label carries none")
     judge: str = Field(default="exemplar+local", description="judge spec (rubricrl.judges.make_judge)")
+    cache: bool = Field(default=True, description="use the SQLite verdict cache for model judges")
+    cache_path: str | None = Field(default=None, description="verdict cache file (default: user cache dir)")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     token: str | None = Field(default=None, repr=False, description="bearer token; required off loopback")
     max_body: int = Field(default=32 * 1024 * 1024, ge=1024, description="largest request body in bytes (413)")
-    concurrency: int = Field(default=4, ge=1, description="requests judged at once")
-    queue: int = Field(default=64, ge=0, description="requests waiting for a slot before 503")
+    concurrency: int = Field(default=8, ge=1, description="requests judged at once")
+    queue: int = Field(default=1024, ge=0, description="requests waiting for a slot before 503")
     timeout: float = Field(default=120.0, gt=0, description="seconds per request, queueing included (504)")
     error_policy: ErrorPolicy = "zero"
     soft: bool = Field(default=True, description="score model verdicts by p_met (as RubricReward)")
