@@ -123,7 +123,7 @@ def test_healthbench_rows_as_is_scores_by_hand(tmp_path, hb_stub):
     assert "0.229" in result.output and "policy errors" in result.output
     gens = read_jsonl(out / "generations.jsonl")
     assert {g["key"] for g in gens} == {f"hb-{i}#0" for i in range(1, 6)}
-    assert [g for g in gens if g["error"]][0]["error"].startswith("http_400")
+    assert next(g for g in gens if g["error"])["error"].startswith("http_400")
     record = next(r for r in read_jsonl(out / "results.jsonl") if r["id"] == "hb-1")
     assert record["example_tags"] == ["theme:emergency_referrals", "physician_agreed_category:emergent"]
     assert record["sample"] == 0 and record["response"] == HB_REPLIES["left arm"]

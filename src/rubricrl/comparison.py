@@ -10,6 +10,7 @@ examples that changed most list the criteria whose verdict flipped.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -95,7 +96,7 @@ def compare_dirs(a: Path, b: Path, *, top: int = 10, resamples: int = 1000, seed
             f"{sorted(scored_a)[:3]}), B has {len(scored_b)} (e.g. {sorted(scored_b)[:3]}); compare evals of the same "
             "--data (and look at their policy and judge errors)")
     pa, pb = [rec_a[k] for k in paired], [rec_b[k] for k in paired]
-    est = lambda pairs, clip=True: row_estimate(pairs, resamples=resamples, seed=seed, clip=clip)  # noqa: E731
+    est = partial(row_estimate, resamples=resamples, seed=seed)
     mode = criteria_key_mode(pa + pb)
     return Comparison(
         a=str(a), b=str(b), paired_units=len(paired), paired_rows=len({r["id"] for r in pa}),
@@ -180,12 +181,16 @@ def setting_notes(a: Path, b: Path) -> list[str]:
     return notes
 
 
+def ci(e: EstimateOut) -> str:
+    """A difference with its 95% CI, signed."""
+    return f"{e.mean:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
+
+
 def comparison_html(c: Comparison) -> str:
     """A self-contained HTML page of a comparison."""
     from .eval_report import esc, table
     from .report import CSS
 
-    ci = lambda e: f"{e.mean:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"  # noqa: E731
     parts = [f"<!doctype html><html><head><meta charset=utf-8><title>rubricrl compare</title><style>{CSS}</style>"
              f"</head><body><h1>rubricrl compare</h1><p>A: {esc(c.a)}<br>B: {esc(c.b)}</p>",
              f"<p><b>B - A = {ci(c.diff)}</b> (95% CI, paired over {c.paired_units} units in {c.paired_rows} rows); "

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .cli import console, err, fail
-from .comparison import Comparison, ComparisonError, compare_dirs, comparison_html
+from .comparison import Comparison, ComparisonError, ci, compare_dirs, comparison_html
 from .evaluation import EvalError, EvalRequest, run_eval
 
 COLUMNS = (TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -112,11 +112,10 @@ def compare_command(dir_a: Path, dir_b: Path, json_out: Path | None, html_out: P
 
 
 def print_comparison(c: Comparison) -> None:
-    ci = lambda e: f"{e.mean:+.3f}  95% CI [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"  # noqa: E731
     head = Table(title="rubricrl compare (B - A)", show_header=False)
     head.add_row("A", c.a)
     head.add_row("B", c.b)
-    head.add_row("B - A", f"{ci(c.diff)}  (paired: {c.paired_units} units, {c.paired_rows} rows)")
+    head.add_row("B - A (95% CI)", f"{ci(c.diff)}  (paired: {c.paired_units} units, {c.paired_rows} rows)")
     head.add_row("A / B (paired units)", f"{c.score_a.mean:.3f} / {c.score_b.mean:.3f}")
     head.add_row("unpaired units", ", ".join(f"{k} {v}" for k, v in c.unpaired.items()))
     console.print(head)

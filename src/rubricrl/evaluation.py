@@ -203,6 +203,8 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
                         "run's settings (or leave them out to reuse them), or choose a new --out")
     rubric_arg = req.rubric if req.rubric is not None else (
         Path(existing.judging.rubric_path) if existing and existing.judging.rubric_path else None)
+    if req.rubric is None and rubric_arg is not None and not rubric_arg.is_file():
+        raise EvalError(f"the run's rubric {rubric_arg} (run.json) is gone; pass --rubric with the same rubric")
     rubric, rubric_path = resolve_rubric(rubric_arg)
     judging = JudgingSettings(judge=req.judge or (existing.judging.judge if existing else DEFAULT_JUDGE),
                               rubric_path=rubric_path, rubric_hash=rubric.content_hash() if rubric else None)
