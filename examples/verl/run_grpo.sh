@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# GRPO with verl and rubric rewards, the judge served by vLLM (see docs/scaling.md).
-# Not run by rubricrl's CI (it needs GPUs and a Ray cluster); adapt model, sizes and hosts.
+# GRPO with verl and rubric rewards, the judge served by vLLM (docs/scaling.md).
+# Not run by rubricrl's CI (it needs GPUs and a Ray cluster); adapt the model, sizes and hosts.
 set -euo pipefail
 DATA=${DATA:-data/verl}
-JUDGE=${RUBRICRL_JUDGE:-"openai:http://judge-host:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=batched&concurrency=64"}
+JUDGE=${RUBRICRL_JUDGE:-"openai:http://judge-host:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=logprob&concurrency=64"}
 
 python examples/verl/prepare_data.py --data examples/generate/prompts.jsonl --rubric empathy --out "$DATA"
 
-# Reward workers read RUBRICRL_JUDGE from their environment (set it in the Ray runtime env when submitting
-# to a cluster: --runtime-env-json='{"env_vars": {"RUBRICRL_JUDGE": "..."}}').
+# Reward workers read RUBRICRL_JUDGE from their environment. On a Ray cluster, set it in the job's
+# runtime env instead: ray job submit --runtime-env-json='{"env_vars": {"RUBRICRL_JUDGE": "..."}}' -- ...
 export RUBRICRL_JUDGE="$JUDGE"
 python3 -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
@@ -21,9 +21,8 @@ python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct \
   actor_rollout_ref.rollout.name=vllm \
   actor_rollout_ref.rollout.n=8 \
-  reward_model.reward_manager=batch \
   custom_reward_function.path=pkg://rubricrl.integrations.verl \
-  custom_reward_function.name=compute_score_batch \
+  custom_reward_function.name=compute_score \
   trainer.n_gpus_per_node=8 \
   trainer.nnodes=1 \
   "$@"

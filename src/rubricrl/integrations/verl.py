@@ -1,9 +1,11 @@
 """verl reward functions: rubric rewards through verl's `custom_reward_function`.
 
     custom_reward_function.path=pkg://rubricrl.integrations.verl   (or examples/verl/reward.py)
-    custom_reward_function.name=compute_score        # naive, dapo and reward-loop managers: one sample per call
-                               compute_score_batch  # reward_model.reward_manager=batch: lists in, list out
-                               compute_score_async  # the reward loop awaits it instead of using a thread
+    custom_reward_function.name=compute_score        # any manager calling one sample at a time: the reward
+                                                     # loop (executor threads) and legacy naive/dapo
+                               compute_score_async  # the reward loop only: it awaits it, no thread
+                               compute_score_batch  # legacy batch manager only (use_reward_loop=false,
+                                                     # reward_manager=batch): lists in, list out
 
 Every call returns `{"score": reward, **logs}` with the same keys for every sample (row_rewards.LOG_KEYS).
 The rubric comes from `ground_truth` when it holds one (a rubric object or list, a JSON string, a
