@@ -162,8 +162,11 @@ def render_eval_report(out: Path) -> str:
 def write_eval_report(out: str | Path) -> Path:
     """Write DIR/report.html for an eval directory."""
     out = Path(out)
-    if not (out / RUN_FILE).is_file() or not (out / RESULTS).is_file():
-        raise FileNotFoundError(f"{out}: no {RUN_FILE} and {RESULTS}; is this a `rubricrl eval` directory?")
+    if not (out / RUN_FILE).is_file():
+        raise FileNotFoundError(f"{out}: no {RUN_FILE}; is this a `rubricrl eval` directory?")
+    if not (out / RESULTS).is_file():
+        raise FileNotFoundError(f"{out}: no {RESULTS} yet (the run stopped before judging); finish it with "
+                                f"`rubricrl eval --out {out}`")
     try:
         text = render_eval_report(out)
     except (KeyError, json.JSONDecodeError) as exc:

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .batch_scoring import existing_ids, read_results, score_rows
+from .endpoint import ChatResult
 from .loading import RubricError, bundled_rubric_path, load_rubric
 from .rows import InvalidRow, ScoringRow, read_rows
 from .rubric import Rubric
@@ -241,7 +242,7 @@ def read_generations(path: Path) -> dict[str, dict]:
     return {g["key"]: g for g in read_results(path)} if path.exists() else {}
 
 
-def generation_record(row: ScoringRow, sample: int, result, policy_name: str, seed: int) -> dict:
+def generation_record(row: ScoringRow, sample: int, result: ChatResult, policy_name: str, seed: int) -> dict:
     """One generations.jsonl line; an error or an empty text is a policy error (`error` set)."""
     error = result.error
     if error is None and not (result.text or "").strip():
@@ -264,8 +265,6 @@ async def _generate(todo: list[tuple[ScoringRow, int]], model, gen: GenerationSe
                     result = await model.chat(messages, max_tokens=gen.max_tokens, temperature=gen.temperature,
                                               seed=gen.seed + sample)
                 except Exception as exc:  # noqa: BLE001 - chat models report errors, but a bug must not lose the run
-                    from .endpoint import ChatResult
-
                     result = ChatResult(error=f"exception: {type(exc).__name__}: {exc}"[:300])
             record = generation_record(row, sample, result, model.name, gen.seed + sample)
             sink.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -313,6 +312,8 @@ def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[
 
 def _example_tags(row: ScoringRow | InvalidRow) -> list[str]:
     tags = row.extra.get("example_tags") if isinstance(row, ScoringRow) else None
+    if isinstance(tags, str):
+        return [tags]
     return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
@@ -320,7 +321,7 @@ def _last_user_text(row: ScoringRow | InvalidRow) -> str:
     if not isinstance(row, ScoringRow):
         return ""
     users = [m.content for m in row.conversation if m.role == "user"]
-    return users[-1] if users else row.conversation[-1].content
+    return users[-1] if users else (row.conversation[-1].content if row.conversation else "")
 
 
 def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_judge: Callable[[str], object],
