@@ -299,6 +299,12 @@ def test_report_html_is_self_contained_and_shows_the_headline(tmp_path, hb_stub)
     assert page.srcs and all(s.startswith("data:image/png;base64,") for s in page.srcs)
     result = runner.invoke(app, ["report", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "is this a rubricrl run directory?" in result.output
+    train = tmp_path / "train"  # a training run directory still gets the training report
+    train.mkdir()
+    (train / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.1, "reward": 0.5}) + "\n")
+    result = runner.invoke(app, ["report", str(train)])
+    assert result.exit_code == 0, result.output
+    assert "rubricrl training run" in (train / "report.html").read_text()
 
 
 def test_compare_paired_differences_by_hand(tmp_path, rubric_file):
