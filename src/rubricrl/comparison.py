@@ -199,7 +199,7 @@ def comparison_html(c: Comparison) -> str:
              "<h2>Unpaired units</h2>", table(["", "units"], list(c.unpaired.items())),
              "<h2>Per tag</h2>", table(["tag", "kind", "A", "B", "B - A (95% CI)", "rows"],
                                        [[t.tag, t.kind, f"{t.mean_a:.3f}", f"{t.mean_b:.3f}", ci(t.diff), t.diff.n]
-                                        for t in c.tags]),
+                                        for t in c.tags]) if c.tags else "<p class=note>no tags</p>",
              "<h2>Per criterion (largest change first)</h2>",
              table(["criterion", "points", "pass A", "pass B", "B - A", "units"],
                    [[cr.text or cr.id, f"{cr.weight:+g}", f"{cr.pass_a:.1%}", f"{cr.pass_b:.1%}", f"{cr.diff:+.1%}",
