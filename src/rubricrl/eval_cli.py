@@ -49,6 +49,10 @@ def eval_command(req: EvalRequest) -> None:
     if len(outcome.invalid_rows) > 10:
         err.print(f"[yellow]... and {len(outcome.invalid_rows) - 10} more invalid rows[/]", highlight=False)
     print_eval_summary(outcome.summary, title=f"rubricrl eval {req.out}")
+    st = outcome.judge_stats
+    if st is not None and st.model_calls:
+        console.print(f"judge {outcome.judge_id}: {st.model_calls} model calls, {st.tokens} tokens, {st.retries} "
+                      f"retries, cost {st.cost:.4f}", highlight=False)
     if outcome.retried:
         console.print(f"retried {outcome.retried} policy error(s)", highlight=False)
     if outcome.archived:

@@ -114,6 +114,8 @@ class EvalOutcome:
     judged_before: int = 0
     archived: list[str] = field(default_factory=list)
     retried: int = 0  # policy errors dropped by --retry-errors to be generated again
+    judge_id: str | None = None  # the judge used by this invocation, with its running totals
+    judge_stats: object | None = None
     invalid_rows: list[str] = field(default_factory=list)
     report: Path | None = None
 
@@ -371,6 +373,7 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
         result = score_rows(units, results_path, judge, shared, batch_size=req.batch_size, on_rows=advance,
                             key_field="key", annotate=annotate)
         outcome.judged_now, outcome.judged_before = result.written, result.skipped_existing
+        outcome.judge_id, outcome.judge_stats = getattr(judge, "judge_id", None), getattr(judge, "stats", None)
         run.judging_complete = True
         write_json_atomic(out / RUN_FILE, run.model_dump(mode="json"))
     else:
