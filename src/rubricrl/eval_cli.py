@@ -49,6 +49,10 @@ def eval_command(req: EvalRequest) -> None:
     if len(outcome.invalid_rows) > 10:
         err.print(f"[yellow]... and {len(outcome.invalid_rows) - 10} more invalid rows[/]", highlight=False)
     print_eval_summary(outcome.summary, title=f"rubricrl eval {req.out}")
+    gen = outcome.run.generation
+    if gen.samples > 1 and gen.temperature == 0:
+        err.print(f"[yellow]note[/] {gen.samples} samples at temperature 0: a deterministic policy gives the same answer "
+                  "to every sample of a row (use --temperature > 0)", highlight=False)
     st = outcome.judge_stats
     if st is not None and st.model_calls:
         console.print(f"judge {outcome.judge_id}: {st.model_calls} model calls, {st.tokens} tokens, {st.retries} "
