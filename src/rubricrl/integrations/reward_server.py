@@ -22,11 +22,12 @@ from fastapi.security import APIKeyQuery, HTTPAuthorizationCredentials, HTTPBear
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from .. import __version__
 from ..conversation import as_conversation
 from ..judges.base import Judge
 from ..verdict import Status
 from .openrlhf import RequestProblems, RowProblem, parse_request
-from .row_rewards import RowInput, RowReward, failures, judge_rows, row_reward
+from .row_rewards import LOG_KEYS, RowInput, RowReward, failures, judge_rows, row_reward
 from .rubric_values import RubricValueError, bundled_names, rubric_value
 from .server_api import (ErrorMessage, Health, OpenRLHFRequest, OpenRLHFResponse, RowErrors, RowResult,
                          ScoreRequest, ScoreResponse)
@@ -71,7 +72,7 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     admission = Admission(settings.concurrency, settings.queue)
     metrics.in_flight.set_function(lambda: admission.active)
     metrics.queued.set_function(lambda: admission.waiting)
-    app = FastAPI(title="rubricrl reward server", version="1", description=__doc__.split("\n\n", 1)[1])
+    app = FastAPI(title="rubricrl reward server", version=__version__, description=__doc__.split("\n\n", 1)[1])
     app.state.settings, app.state.judge, app.state.metrics, app.state.admission = settings, judge, metrics, admission
     app.add_middleware(BodyLimit, max_bytes=settings.max_body,
                        on_reject=lambda: metrics.rejected.labels("body_too_large").inc())
@@ -150,8 +151,6 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
 
 def _log_keys(settings: ServerSettings) -> list[str]:
     """extra_logs keys: fixed by the server's settings, so every row and every replica agree."""
-    from .row_rewards import LOG_KEYS
-
     keys = list(LOG_KEYS)
     if settings.rubric is not None:
         for c in settings.rubric.criteria:

@@ -77,23 +77,30 @@ def rubric_value(value: Any, source: str) -> Rubric:
                            f"bundled rubric name, got {type(value).__name__}")
 
 
-@lru_cache(maxsize=1024)
 def _from_json(text: str, source: str) -> Rubric:
-    """Parse once per distinct text (a batch usually repeats a few rubrics many times)."""
+    parsed = _parse_json(text)
+    if isinstance(parsed, str):
+        raise RubricValueError(f"{source}: {parsed}")
+    return parsed
+
+
+@lru_cache(maxsize=1024)
+def _parse_json(text: str) -> Rubric | str:
+    """The rubric, or what is wrong with it; once per distinct text (a batch repeats a few rubrics
+    many times, good or bad)."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise RubricValueError(f"{source}: not valid JSON ({exc}); store the rubric as a JSON object or list") \
-            from None
+        return f"not valid JSON ({str(exc)[:120]}); store the rubric as a JSON object or list"
     if isinstance(data, dict) and ("rubric" in data or "rubrics" in data) and "criteria" not in data:
-        raise RubricValueError(f"{source}: holds a row (`rubric`/`rubrics` key), not a rubric; put the rubric "
-                               "itself here (a mapping with `criteria` or a list of criteria)")
+        return ("holds a row (`rubric`/`rubrics` key), not a rubric; put the rubric itself here (a mapping "
+                "with `criteria` or a list of criteria)")
     try:
-        return rubric_from_data(data, source)
+        return rubric_from_data(data, "rubric")
     except RubricError as exc:
-        raise RubricValueError("; ".join(_problem(p) for p in exc.problems)) from None
+        return "; ".join(_problem(p) for p in exc.problems)
     except RecursionError:
-        raise RubricValueError(f"{source}: nested too deeply to read as a rubric") from None
+        return "nested too deeply to read as a rubric"
 
 
 @lru_cache(maxsize=64)
@@ -113,9 +120,8 @@ def load_named_rubric(ref: str) -> Rubric:
 
 
 def _problem(p: Problem) -> str:
-    field = f" {p.field}:" if p.field else ""
     fix = f" (fix: {p.fix})" if p.fix else ""
-    return f"{p.source}:{field} {p.message}{fix}"
+    return f"{p.field}: {p.message}{fix}" if p.field else f"{p.message}{fix}"
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,7 +40,8 @@ class MessageIn(BaseModel):
 class ScoreRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(default=None, max_length=256, description="echoed back")
-    prompt: str | list[MessageIn] = Field(description="the conversation before the response")
+    prompt: str | Annotated[list[MessageIn], Field(min_length=1)] = Field(
+        description="the conversation before the response: a user message, or messages")
     response: str
     rubric: dict[str, Any] | list[Any] | str | None = Field(default=None, description=(
         "a rubric (object, list, JSON string) or a bundled rubric name; default: the server's rubric"))
