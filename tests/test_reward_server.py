@@ -74,9 +74,8 @@ def client():
 def metric(text: str, name: str, **labels) -> float:
     """The value of one sample in Prometheus text output (0.0 when absent)."""
     for line in text.splitlines():
-        if line.startswith(name + ("{" if labels else " ")) or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
+        if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
     return 0.0
 
 

@@ -110,7 +110,7 @@ def test_batch_manager_call(tmp_path):
 
 
 def test_async_variant_and_calls_from_a_running_loop_and_threads():
-    args = dict(data_source="ds", ground_truth=json.dumps(RUBRIC), extra_info={"prompt": MESSAGES})
+    args = {"data_source": "ds", "ground_truth": json.dumps(RUBRIC), "extra_info": {"prompt": MESSAGES}}
 
     async def inside_a_loop():
         awaited = await rv.compute_score_async(solution_str=CASES[0][0], **args)

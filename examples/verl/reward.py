@@ -7,4 +7,4 @@ For verl versions whose `custom_reward_function.path` does not take `pkg://rubri
 
 from rubricrl.integrations.verl import compute_score, compute_score_async, compute_score_batch
 
-__all__ = ["compute_score", "compute_score_batch", "compute_score_async"]
+__all__ = ["compute_score", "compute_score_async", "compute_score_batch"]

@@ -106,19 +106,9 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     async def openrlhf_reward(body: OpenRLHFRequest) -> OpenRLHFResponse:
         rows = parse_request(body.query, body.prompts, body.labels, settings.rubric)
         rewards = await judged(rows)
-        logs: dict[str, list[float]] = {key: [] for key in _log_keys(settings)}
-        for row, r in zip(rows, rewards):
-            for key, value in r.logs().items():
-                logs[key].append(value)
-            if settings.rubric is not None:
-                same = row.rubric.content_hash() == settings.rubric.content_hash()
-                by_id = {v.criterion_id: v for v in r.verdicts} if same else {}
-                for c in settings.rubric.criteria:
-                    v = by_id.get(c.id)
-                    logs[f"rubric_met/{c.id}"].append(float(v is not None and v.status is Status.MET))
-                    logs[f"rubric_decided/{c.id}"].append(float(v is not None and v.decided))
         return OpenRLHFResponse(rewards=[r.reward for r in rewards],
-                                scores=[min(1.0, max(0.0, r.reward)) for r in rewards], extra_logs=logs)
+                                scores=[min(1.0, max(0.0, r.reward)) for r in rewards],
+                                extra_logs=_extra_logs(settings, rows, rewards))
 
     for path in ("/", "/get_reward"):
         app.add_api_route(path, openrlhf_reward, methods=["POST"], response_model=OpenRLHFResponse,
@@ -149,13 +139,26 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     return app
 
 
-def _log_keys(settings: ServerSettings) -> list[str]:
-    """extra_logs keys: fixed by the server's settings, so every row and every replica agree."""
-    keys = list(LOG_KEYS)
-    if settings.rubric is not None:
-        for c in settings.rubric.criteria:
-            keys += [f"rubric_met/{c.id}", f"rubric_decided/{c.id}"]
-    return keys
+def _extra_logs(settings: ServerSettings, rows: Sequence[RowInput], rewards: Sequence[RowReward]
+                ) -> dict[str, list[float]]:
+    """One number per row under keys fixed by the server's settings, so every row and every replica
+    agree: LOG_KEYS, plus met/decided per criterion of the server's rubric (0 for rows on another)."""
+    shared = settings.rubric
+    logs: dict[str, list[float]] = {key: [] for key in LOG_KEYS}
+    for c in shared.criteria if shared is not None else ():
+        logs[f"rubric_met/{c.id}"], logs[f"rubric_decided/{c.id}"] = [], []
+    for row, r in zip(rows, rewards):
+        for key, value in r.logs().items():
+            logs[key].append(value)
+        if shared is None:
+            continue
+        on_shared = row.rubric.content_hash() == shared.content_hash()
+        by_id = {v.criterion_id: v for v in r.verdicts} if on_shared else {}
+        for c in shared.criteria:
+            v = by_id.get(c.id)
+            logs[f"rubric_met/{c.id}"].append(float(v is not None and v.status is Status.MET))
+            logs[f"rubric_decided/{c.id}"].append(float(v is not None and v.decided))
+    return logs
 
 
 def _score_rows(body: ScoreRequest, settings: ServerSettings) -> list[RowInput]:
