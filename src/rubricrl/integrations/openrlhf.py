@@ -2,7 +2,8 @@
 
 OpenRLHF posts `{"query": [...], "prompts": [...], "labels": [...]}` where each query is the
 prompt and the response decoded together with special tokens kept. For each row we cut the
-prompt off the query (the query must start with it, else the row is refused rather than guessed),
+prompt off the query (the query must start with it, exactly or as a tokenizer's decode cleanup
+leaves it; else the row is refused rather than guessed),
 strip trailing end-of-turn and padding tokens, read the conversation back from the prompt's chat
 template (ChatML/Qwen, Llama 3, Gemma; otherwise the whole prompt is one user message), and take
 the rubric from the label (or the server's rubric when the label is empty).
@@ -87,8 +88,23 @@ class _Refused(Exception):
         self.problem = problem
 
 
+# What a Hugging Face tokenizer's decode does with `clean_up_tokenization_spaces=True` (Llama 3's
+# default): the query OpenRLHF decodes then holds the prompt with these spaces removed.
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+            (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+def decode_cleanup(text: str) -> str:
+    for old, new in _CLEANUP:
+        text = text.replace(old, new)
+    return text
+
+
 def split_query(query: str, prompt: str, row: int = 0) -> str:
-    """The response in `query` (= prompt + response), without trailing end-of-turn/padding tokens."""
+    """The response in `query` (= prompt + response), without trailing end-of-turn/padding tokens.
+    The prompt must start the query exactly, or as a tokenizer's decode cleanup leaves it."""
+    if not query.startswith(prompt) and query.startswith(cleaned := decode_cleanup(prompt)):
+        prompt = cleaned
     if not query.startswith(prompt):
         at = next((k for k, (a, b) in enumerate(zip(query, prompt)) if a != b), min(len(query), len(prompt)))
         raise _Refused(RowProblem(
