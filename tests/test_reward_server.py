@@ -121,6 +121,8 @@ def test_response_is_the_query_minus_the_prompt_and_end_tokens():
     assert strip_end_tokens("ok</s><pad><pad>") == "ok"
     assert strip_end_tokens("<|im_end|>") == ""
     assert split_query(p + "keeps <|im_start|> inside", p) == "keeps <|im_start|> inside"
+    bare = "<|im_start|>user\nx<|im_end|>\n"  # no generation prompt: the response carries the header
+    assert split_query(bare + "<|im_start|>assistant\nHi<|im_end|>", bare) == "Hi"
     # a Llama-3 tokenizer decodes with clean_up_tokenization_spaces: " ?" -> "?", " n't" -> "n't"
     spaced = llama3_prompt("Is it over ? I do n't know .")
     assert split_query(llama3_prompt("Is it over? I don't know.") + "It is not .<|eot_id|>", spaced) == "It is not ."

@@ -1,12 +1,12 @@
 """OpenRLHF's remote reward request read as rows to judge.
 
 OpenRLHF posts `{"query": [...], "prompts": [...], "labels": [...]}` where each query is the
-prompt and the response decoded together with special tokens kept. For each row we cut the
-prompt off the query (the query must start with it, exactly or as a tokenizer's decode cleanup
-leaves it; else the row is refused rather than guessed),
-strip trailing end-of-turn and padding tokens, read the conversation back from the prompt's chat
-template (ChatML/Qwen, Llama 3, Gemma; otherwise the whole prompt is one user message), and take
-the rubric from the label (or the server's rubric when the label is empty).
+prompt and the response decoded together with special tokens kept. For each row we cut the prompt
+off the query (the query must start with it, exactly or as a tokenizer's decode cleanup leaves it;
+else the row is refused rather than guessed), strip an assistant header the response may start
+with and the end-of-turn and padding tokens it ends with, read the conversation back from the
+prompt's chat template (ChatML/Qwen, Llama 3, Gemma; otherwise the whole prompt is one user
+message), and take the rubric from the label (or the server's rubric when the label is empty).
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ from .rubric_values import RubricValueError, bundled_names, is_blank, plain, rub
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
               "<|return|>", "<end_of_turn>", "<eos>", "</s>", "<pad>", "<|pad|>", "[PAD]",
               "<|finetune_right_pad_id|>", "<｜end▁of▁sentence｜>", "<|end▁of▁sentence|>")
+
+# An assistant header a response may start with when the prompt was built without a generation prompt.
+START_HEADERS = ("<|im_start|>assistant\n", "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                 "<start_of_turn>model\n", "<|assistant|>\n")
 
 _TEMPLATES = (  # role header, content, then the closing token (absent for the generation prompt)
     re.compile(r"<\|im_start\|>([a-z_]+)\n(.*?)(<\|im_end\|>|\Z)", re.DOTALL),  # ChatML (Qwen, SmolLM)
@@ -112,7 +116,12 @@ def split_query(query: str, prompt: str, row: int = 0) -> str:
                           f"{query[at:at + 30]!r}, prompt has {prompt[at:at + 30]!r})",
             "send query = prompt + response with the prompt exactly as in `prompts` (OpenRLHF truncates prompts "
             "longer than max_len minus the generation budget from the left: raise --max_len or shorten prompts)"))
-    return strip_end_tokens(query[len(prompt):])
+    response = query[len(prompt):]
+    for header in START_HEADERS:
+        if response.startswith(header):
+            response = response[len(header):]
+            break
+    return strip_end_tokens(response)
 
 
 def strip_end_tokens(text: str) -> str:
