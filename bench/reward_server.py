@@ -1,13 +1,16 @@
 """Reward server throughput and latency on loopback: `rubricrl serve` in a subprocess, N concurrent
 httpx clients posting OpenRLHF-shaped requests (Qwen chat template), at 1, 8 and 32 clients.
 
-    python bench/reward_server.py                                  # rules, then the embedded judge
+    python bench/reward_server.py                                  # rules, then the embedded LLM judge
     python bench/reward_server.py --judges rules --requests 10     # a quick check
 
 Per judge and client count: requests/s, rows/s, p50 and p99 request latency. A judge with a verdict
-cache (the embedded `exemplar+local`: its LLM part is cached) runs each level twice on a fresh cache
-file: `cold` (responses never seen) then `warm` (the same requests again, all cache hits). The rule
-judge has no cache (`-`). Every response is checked: a non-200 or a wrong row count is an error.
+cache (the embedded LLM judge `local`) runs each level twice on a fresh cache file: `cold` (responses
+never seen) then `warm` (the same requests again, all cache hits). The rule judge has no cache (`-`).
+Before the first level one request with other responses is sent and not counted, so lazy model loading
+is not measured as latency. (With `exemplar+local` and the bundled `empathy` rubric the exemplar models
+decide every model-judged criterion, so no LLM call and no cache would be involved.) Every response is
+checked: a non-200 or a wrong row count is an error.
 """
 
 from __future__ import annotations
@@ -132,6 +135,7 @@ def bench_judge(judge: str, args) -> list[dict]:
             started = time.perf_counter()
             server.wait()
             print(f"judge {judge}: server ready in {time.perf_counter() - started:.1f} s", flush=True)
+            asyncio.run(run_level(server.url, requests_for("warmup", 1, args.rows), 1, args.timeout))  # loads models
             for clients in args.clients:
                 bodies = requests_for(f"c{clients}", args.requests, args.rows)
                 for cache in (("cold", "warm") if cached else ("-",)):
@@ -153,7 +157,7 @@ def bench_judge(judge: str, args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--judges", default="rules,exemplar+local", help="comma-separated judge specs")
+    parser.add_argument("--judges", default="rules,local", help="comma-separated judge specs")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated client counts")
     parser.add_argument("--requests", type=int, default=64, help="requests per level (and cache pass)")
     parser.add_argument("--rows", type=int, default=8, help="rows per request (OpenRLHF sends 1 per rollout "
