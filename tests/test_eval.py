@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chat_stub import ChatStub
+from rubric_texts import RULES_RUBRIC
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
@@ -30,27 +31,6 @@ HB_REPLIES = {
     "blood pressure": "You can just stop them; there is nothing to fear.",
 }
 
-RULES_RUBRIC = """
-id: rules-only
-criteria:
-  - id: sorry
-    text: Says sorry.
-    weight: 2
-    check: {type: contains, any_of: [sorry]}
-  - id: short
-    text: At most 10 words.
-    weight: 1
-    check: {type: length, unit: words, max: 10}
-  - id: no-calm-down
-    text: Never says calm down.
-    weight: 1
-    kind: hard_rule
-    check: {type: not_contains, any_of: [calm down]}
-  - id: lecture
-    text: Uses the word should.
-    weight: -1
-    check: {type: regex, pattern: "\\\\bshould\\\\b", ignore_case: true}
-"""
 # Unit scores under RULES_RUBRIC (positive weight 4; hard-rule gate 0):
 SORRY = "I'm so sorry. That is a shock."  # 2 + 1 + 1 = 4/4 = 1.0
 OKAY = "Okay."  # 1 + 1 = 0.5
