@@ -31,6 +31,33 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def rubric_path(rubric: Path) -> Path:
+    """The rubric file given, or the bundled rubric of that name (empathy, crisis_safety) if no such file exists."""
+    from .loading import bundled_rubric_path
+
+    bundled = bundled_rubric_path(str(rubric))
+    return bundled if not rubric.exists() and bundled.is_file() else rubric
+
+
+def load_rubric_option(rubric: Path):
+    """The `--rubric` option loaded (file or bundled name), or a clean exit listing every problem."""
+    try:
+        return load_rubric(rubric_path(rubric))
+    except RubricError as exc:
+        fail(f"--rubric is not valid:\n{exc}")
+
+
+def judge_or_fail(spec: str, **options):
+    """`make_judge(spec, **options)`, or a clean exit naming the spec and what is wrong with it."""
+    from .judges import JudgeSpecError, make_judge
+    from .models import ModelNotFoundError
+
+    try:
+        return make_judge(spec, **options)
+    except (JudgeSpecError, ModelNotFoundError, OSError, RuntimeError) as exc:
+        fail(f"--judge {spec}: {exc}")
+
+
 @rubrics_app.command("lint")
 def lint(files: Annotated[list[Path], typer.Argument(help="Rubric YAML/JSON files, or JSONL datasets with per-row rubrics.")]):
     """Validate rubrics; every problem is printed with file, line, field and the fix."""
@@ -150,12 +177,11 @@ def rubrics_refine(
 
     from .chat import make_chat_model
     from .judges import JudgeSpecError, make_judge
-    from .loading import bundled_rubric_path
     from .models import ModelNotFoundError
     from .rows import InvalidRow, read_rows
     from .rubric_refinement import refine_rubric, write_rubric
 
-    path = rubric if rubric.exists() or not bundled_rubric_path(str(rubric)).is_file() else bundled_rubric_path(str(rubric))
+    path = rubric_path(rubric)
     try:
         original = load_rubric(path)
     except RubricError as exc:
@@ -214,27 +240,13 @@ def score(
 ):
     """Judge every row against its rubric and write verdicts, scores and a summary."""
     from .batch_scoring import count_lines, read_results, score_file
-    from .judges import JudgeSpecError, make_judge
-    from .models import ModelNotFoundError
     from .summary import summarize
 
     if not data.is_file():
         fail(f"--data {data}: file not found")
-    shared = None
-    if rubric is not None:
-        from .loading import bundled_rubric_path
-
-        if not rubric.exists() and bundled_rubric_path(str(rubric)).is_file():
-            rubric = bundled_rubric_path(str(rubric))
-        try:
-            shared = load_rubric(rubric)
-        except RubricError as exc:
-            fail(f"--rubric is not valid:\n{exc}")
-    try:
-        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
-                               calibration=calibration)
-    except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
-        fail(f"--judge {judge}: {exc}")
+    shared = load_rubric_option(rubric) if rubric is not None else None
+    the_judge = judge_or_fail(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
+                              calibration=calibration)
     total = count_lines(data)
     columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     try:
@@ -282,9 +294,8 @@ def judge_fit(
 ):
     """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples."""
     from .exemplar_fit import collect_examples, fit_exemplars
-    from .loading import bundled_rubric_path
 
-    path = rubric if rubric.exists() else bundled_rubric_path(str(rubric))
+    path = rubric_path(rubric)
     try:
         the_rubric = load_rubric(path)
         examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem)
@@ -313,8 +324,6 @@ def _judged_labels(labels: Path, judge: str, *, no_cache: bool, cache_path: Path
                    batch_size: int, calibration: Path | None = None):
     """Read a label file (bad lines reported, not fatal), build the judge, judge every label with a progress bar."""
     from .agreement import judge_labels, read_labels
-    from .judges import JudgeSpecError, make_judge
-    from .models import ModelNotFoundError
 
     if not labels.is_file():
         fail(f"--labels {labels}: file not found")
@@ -326,11 +335,8 @@ def _judged_labels(labels: Path, judge: str, *, no_cache: bool, cache_path: Path
         err.print(f"[yellow]skipped line[/] {problem}", highlight=False)
     if not items:
         fail(f"--labels {labels}: no usable label ({len(problems)} bad lines); see docs/agreement.md for the format")
-    try:
-        the_judge = make_judge(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
-                               calibration=calibration)
-    except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
-        fail(f"--judge {judge}: {exc}")
+    the_judge = judge_or_fail(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
+                              calibration=calibration)
     columns = (TextColumn("judging labels"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=err, transient=False) as progress:
@@ -469,19 +475,10 @@ def judge_audit(
 ):
     """Probe a judge with responses that should meet no criterion (master keys, empty, fake verdicts,
     injections...) and print its false-positive rate without and with the defences (docs/judges.md)."""
-    from .judges import JudgeSpecError, make_judge, probes
+    from .judges import probes
     from .judges.defences import Defences
-    from .loading import bundled_rubric_path
-    from .models import ModelNotFoundError
 
-    shared = None
-    if rubric is not None:
-        path = rubric if rubric.exists() or not bundled_rubric_path(str(rubric)).is_file() else bundled_rubric_path(
-            str(rubric))
-        try:
-            shared = load_rubric(path)
-        except RubricError as exc:
-            fail(f"--rubric is not valid:\n{exc}")
+    shared = load_rubric_option(rubric) if rubric is not None else None
     if data is not None:
         if not data.is_file():
             fail(f"--data {data}: file not found")
@@ -492,10 +489,8 @@ def judge_audit(
             fail(f"--data {data}: no usable row")
     else:
         items = probes.bundled_items(limit, shared)
-    try:  # one judge (one model load, one server) behind two sets of defences
-        without = make_judge(judge, cache=not no_cache, cache_path=cache_path, defences=Defences.off())
-    except (JudgeSpecError, ModelNotFoundError, OSError, RuntimeError) as exc:
-        fail(f"--judge {judge}: {exc}")
+    # one judge (one model load, one server) behind two sets of defences
+    without = judge_or_fail(judge, cache=not no_cache, cache_path=cache_path, defences=Defences.off())
     with_ = without.with_defences(Defences())
     columns = (TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=False) as progress:
