@@ -4,7 +4,7 @@
 
 Part 1, G=8 responses x K=8 criteria: verdicts/s and judge calls per scored response for
 `per_criterion`, `batched`, `logprob` and `implicit` (concurrency 8, default criterion order).
-Part 2, `logprob` mode at concurrency 1, 4 and 16, criteria `spread` (all calls at once) and `chain`ed
+Part 2, `logprob` mode at concurrency 1, 4, 8 and 16, criteria `spread` (all calls at once) and `chain`ed
 (one response's calls in sequence, so llama.cpp's per-slot prompt cache reuses the shared prefix),
 against a bare httpx client sending the same 64 requests at the same concurrency (no limits, retries or
 parsing; same spread/chain order). The server's maximum is the best bare figure of the run.
@@ -92,7 +92,7 @@ def main() -> None:
         print(f"{mode:<15} {r['verdicts_per_s']:>10.1f}   {r['calls_per_response']:>14.1f}   {r['errors']:>6}")
     print("\nlogprob mode, verdicts/s    rubricrl   bare httpx   rubricrl/bare")
     rows, best = [], 0.0
-    for concurrency in (1, 4, 16):
+    for concurrency in (1, 4, 8, 16):
         for order in ("spread", "chain"):
             ours = run_mode(url, "logprob", concurrency, args.repeats, order)["verdicts_per_s"]
             bare = statistics.median(asyncio.run(_bare(url, concurrency, order == "chain")) for _ in range(args.repeats))
