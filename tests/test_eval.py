@@ -313,9 +313,13 @@ def test_compare_paired_differences_by_hand(tmp_path, rubric_file):
     assert (c["diff"]["ci_low"], c["diff"]["ci_high"]) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])))
     assert c["score_a"]["mean"] == pytest.approx((1 + 0.5 - 0.25) / 3) and c["score_b"]["mean"] == pytest.approx(0.75)
     crit = {x["id"]: (x["pass_a"], x["pass_b"], x["diff"], x["n"]) for x in c["criteria"]}
-    assert crit == pytest.approx({"sorry": (1 / 3, 2 / 3, 1 / 3, 3), "short": (2 / 3, 1, 1 / 3, 3),
-                                  "no-calm-down": (2 / 3, 1, 1 / 3, 3), "lecture": (1 / 3, 1 / 3, 0, 3)})
-    assert [(e["id"], e["diff"]) for e in c["changed"]] == pytest.approx([("r3", 1.25), ("r1", -0.5), ("r2", 0.25)])
+    expected = {"sorry": (1 / 3, 2 / 3, 1 / 3, 3), "short": (2 / 3, 1, 1 / 3, 3),
+                "no-calm-down": (2 / 3, 1, 1 / 3, 3), "lecture": (1 / 3, 1 / 3, 0, 3)}
+    assert crit.keys() == expected.keys()  # pytest.approx takes flat sequences only (pytest 9 refuses nesting)
+    for key, values in expected.items():
+        assert crit[key] == pytest.approx(values), key
+    assert [e["id"] for e in c["changed"]] == ["r3", "r1", "r2"]
+    assert [e["diff"] for e in c["changed"]] == pytest.approx([1.25, -0.5, 0.25])
     assert {f["criterion"]: (f["a"], f["b"]) for f in c["changed"][0]["flipped"]} == {
         "Says sorry.": ("unmet", "met"), "At most 10 words.": ("unmet", "met"),
         "Never says calm down.": ("unmet", "met"), "Uses the word should.": ("met", "unmet")}
