@@ -29,6 +29,7 @@ from sklearn.metrics import (
 from .conversation import Conversation, as_conversation
 from .judges.base import Judge, JudgeRequest
 from .judges.exemplar import criterion_key
+from .jsonl import iter_jsonl
 from .loading import Problem
 from .rubric import Criterion
 from .verdict import Status, Verdict, error_verdict
@@ -120,24 +121,21 @@ def read_labels(path: str | Path) -> tuple[list[Label], list[Problem]]:
     labels: list[Label] = []
     problems: list[Problem] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, 1):
-            if not text.strip():
-                continue
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                problems.append(Problem(str(path), number, "", f"malformed JSON: {exc}", "fix the syntax of this line"))
-                continue
-            item = parse_label(raw, str(path), number)
-            if isinstance(item, Problem):
-                problems.append(item)
-            elif item.id in seen:
-                problems.append(Problem(str(path), number, "id", f"duplicate id {item.id!r} (first at line "
-                                        f"{seen[item.id]})", "give every label a unique id"))
-            else:
-                seen[item.id] = number
-                labels.append(item)
+    for number, text in iter_jsonl(path):
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            problems.append(Problem(str(path), number, "", f"malformed JSON: {exc}", "fix the syntax of this line"))
+            continue
+        item = parse_label(raw, str(path), number)
+        if isinstance(item, Problem):
+            problems.append(item)
+        elif item.id in seen:
+            problems.append(Problem(str(path), number, "id", f"duplicate id {item.id!r} (first at line "
+                                    f"{seen[item.id]})", "give every label a unique id"))
+        else:
+            seen[item.id] = number
+            labels.append(item)
     return labels, problems
 
 

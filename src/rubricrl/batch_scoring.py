@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .jsonl import dumps_line, iter_jsonl, read_jsonl
 from .judges.base import Judge, JudgeRequest
 from .rows import InvalidRow, ScoringRow, read_rows
 from .rubric import Rubric
@@ -39,11 +40,8 @@ def existing_ids(out_path: Path, field: str = "id") -> set[str]:
     if cut != len(data):
         with open(out_path, "r+b") as handle:
             handle.truncate(cut)
-        data = data[:cut]
     ids = set()
-    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in iter_jsonl(out_path):  # split on \n only: U+2028 & co. may sit in a value
         try:
             ids.add(json.loads(line)[field])
         except (ValueError, KeyError, TypeError):
@@ -111,7 +109,7 @@ async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path,
             if annotate is not None:
                 records = [r if isinstance(row, dict) else annotate(row, r) for row, r in zip(todo, records)]
             for record in records:
-                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.write(dumps_line(record) + "\n")
             sink.flush()
             os.fsync(sink.fileno())
             written += len(records)
@@ -155,5 +153,4 @@ def _batches(items: Iterable, size: int) -> Iterable[list]:
 
 
 def read_results(out: Path) -> list[dict]:
-    with open(out, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    return read_jsonl(out)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .jsonl import escape_line_separators, write_jsonl
 from .loading import RubricError, criterion_summary, load_rubric
 from .summary import RunSummary
 
@@ -375,9 +376,8 @@ def judge_agree(
     result = agreement(items, verdicts, judge_id=the_judge.judge_id, labels_file=str(labels), problems=problems)
     out_dir = out or labels.with_name(labels.stem + "_agreement")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "agreement.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    with open(out_dir / "verdicts.jsonl", "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in verdict_records(items, verdicts))
+    (out_dir / "agreement.json").write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    write_jsonl(out_dir / "verdicts.jsonl", verdict_records(items, verdicts))
     write_report(result, out_dir / "agreement.html")
     table = Table(title=f"agreement of {the_judge.judge_id} with {labels}")
     columns = ("", "labels", "errors", "skipped", "P met", "R met", "F1 met", "F1 unmet", "balanced F1", "kappa", "AUC")
@@ -548,7 +548,8 @@ def judge_audit(
                   "there is nothing to audit (FPR '-'); use e.g. --judge local or exemplar+local", highlight=False)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps({"spec": judge, **result.to_dict()}, indent=2, ensure_ascii=False))
+        json_out.write_text(json.dumps({"spec": judge, **result.to_dict()}, indent=2, ensure_ascii=False),
+                            encoding="utf-8")
         console.print(f"wrote {json_out}", highlight=False)
 
 
@@ -720,7 +721,7 @@ def simulate(
         task = progress.add_task("simulate", total=len(slots))
 
         def done(transcript) -> None:
-            handle.write(transcript.model_dump_json() + "\n")
+            handle.write(escape_line_separators(transcript.model_dump_json()) + "\n")
             handle.flush()
             progress.advance(task)
 

@@ -111,7 +111,7 @@ def compare_command(dir_a: Path, dir_b: Path, json_out: Path | None, html_out: P
     print_comparison(c)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(c.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        json_out.write_text(json.dumps(c.model_dump(mode="json"), indent=2, ensure_ascii=False), encoding="utf-8")
         console.print(f"wrote {json_out}", highlight=False)
     if html_out is not None:
         html_out.parent.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .batch_scoring import existing_ids, read_results, score_rows
 from .endpoint import ChatResult
+from .jsonl import dumps_line, iter_jsonl, read_text, write_raw_lines
 from .loading import RubricError, bundled_rubric_path, load_rubric
 from .rows import InvalidRow, ScoringRow, read_rows
 from .rubric import Rubric
@@ -146,7 +147,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
 def is_eval_dir(path: Path) -> bool:
     """True when `path` holds a run.json written by `rubricrl eval`."""
     try:
-        return json.loads((Path(path) / RUN_FILE).read_text()).get("kind") == "rubricrl-eval"
+        return json.loads(read_text(Path(path) / RUN_FILE)).get("kind") == "rubricrl-eval"
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -154,7 +155,7 @@ def is_eval_dir(path: Path) -> bool:
 def load_run(out: Path) -> RunFile:
     path = Path(out) / RUN_FILE
     try:
-        return RunFile.model_validate_json(path.read_text(encoding="utf-8"))
+        return RunFile.model_validate_json(read_text(path))
     except ValidationError as exc:
         first = exc.errors()[0]
         raise EvalError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}; this is not a run.json "
@@ -269,7 +270,7 @@ async def _generate(todo: list[tuple[ScoringRow, int]], model, gen: GenerationSe
                 except Exception as exc:  # noqa: BLE001 - chat models report errors, but a bug must not lose the run
                     result = ChatResult(error=f"exception: {type(exc).__name__}: {exc}"[:300])
             record = generation_record(row, sample, result, model.name, gen.seed + sample)
-            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.write(dumps_line(record) + "\n")
             sink.flush()
             os.fsync(sink.fileno())
             advance(1)
@@ -404,14 +405,8 @@ def _drop_policy_errors(out: Path, gens: dict[str, dict]) -> tuple[dict[str, dic
         path = out / name
         if failed and path.exists():
             existing_ids(path, "key")  # cut a torn last line
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-                    if line.strip() and json.loads(line)["key"] not in failed]
-            tmp = path.with_name(path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.writelines(kept)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            kept = [line for _, line in iter_jsonl(path) if json.loads(line)["key"] not in failed]
+            write_raw_lines(path, kept, atomic=True)
     return {k: g for k, g in gens.items() if k not in failed}, len(failed)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from .encoder import DEFAULT_ENCODER, embed, latin_share
 from .judges.exemplar import CriterionModel, criterion_key, save_models
+from .jsonl import iter_jsonl
 from .loading import Problem, RubricError
 from .rubric import Rubric
 
@@ -42,13 +43,15 @@ def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: st
             examples[c.id] += [(t, True) for t in c.examples.met] + [(t, False) for t in c.examples.unmet]
     problems: list[Problem] = []
     if labels is not None:
-        for line, text in enumerate(labels.read_text(encoding="utf-8").splitlines(), start=1):
-            if not text.strip():
-                continue
+        for line, text in iter_jsonl(labels):
             try:
                 row = json.loads(text)
             except ValueError as exc:
                 problems.append(Problem(str(labels), line, "", f"malformed JSON: {exc}"))
+                continue
+            if not isinstance(row, dict):
+                problems.append(Problem(str(labels), line, "", "a row must be a JSON object",
+                                        "write {criterion_id, response, label} per line"))
                 continue
             if rubric_name and row.get("rubric") not in (None, rubric_name, rubric.id):
                 continue

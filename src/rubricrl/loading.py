@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from .jsonl import read_text
 from .rubric import Criterion, Rubric
 
 _FIXES = {
@@ -62,7 +63,7 @@ def load_rubric(path: str | Path) -> Rubric:
     """Load a rubric from a YAML or JSON file (`.json` is read with the JSON parser)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)  # UTF-8, a BOM (as Windows editors write) dropped
     except (OSError, UnicodeDecodeError) as exc:
         raise RubricError([Problem(str(path), None, "", f"cannot read file: {exc}")]) from None
     node = None

@@ -17,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from . import jsonl  # noqa: E402
+
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;
@@ -25,9 +27,7 @@ vertical-align:top}th{background:#f3f3f3}.met{color:#0a6b2d}.unmet{color:#a33}.e
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return jsonl.read_jsonl(path) if path.is_file() else []
 
 
 def last_per_step(rows: list[dict]) -> list[dict]:
@@ -105,7 +105,7 @@ def _tactic_section(before: list[dict], after: list[dict]) -> str:
 def render_report(run_dir: Path) -> str:
     metrics = last_per_step(read_jsonl(run_dir / "metrics.jsonl"))
     samples = read_jsonl(run_dir / "samples.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    summary = json.loads(jsonl.read_text(run_dir / "summary.json")) if (run_dir / "summary.json").is_file() else {}
     before = read_jsonl(run_dir / "eval_before.jsonl")
     after = read_jsonl(run_dir / "eval_after.jsonl")
     keys = sorted({k for r in metrics for k in r})

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .conversation import Conversation, as_conversation
+from .jsonl import iter_jsonl
 from .loading import Problem, RubricError, rubric_from_row
 from .rubric import Rubric
 
@@ -99,21 +100,17 @@ def read_rows(path: str | Path, *, need_response: bool = True) -> Iterator[Scori
     Duplicate row ids are reported as invalid (resuming relies on ids being unique)."""
     source = str(path)
     seen: set[str] = set()
-    with open(path, "rb") as handle:  # split on \n only: a bare \r inside a JSON line is whitespace
-        for line_no, data in enumerate(handle, start=1):
-            text = data.decode("utf-8", errors="replace")
-            if not text.strip():
-                continue
-            try:
-                raw = json.loads(text)
-            except (ValueError, RecursionError) as exc:
-                reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-                yield InvalidRow(f"line-{line_no}", line_no, Problem(source, line_no, "", f"malformed JSON: {reason}",
-                                                                     "one JSON object per line"))
-                continue
-            row = parse_row(raw, source, line_no, need_response=need_response)
-            if row.id in seen:
-                row = InvalidRow(f"line-{line_no}", line_no, Problem(
-                    source, line_no, "id", f"duplicate row id {row.id!r}", "give every row a unique id"))
-            seen.add(row.id)
-            yield row
+    for line_no, text in iter_jsonl(path, errors="replace"):  # split on \n only, a BOM dropped
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            yield InvalidRow(f"line-{line_no}", line_no, Problem(source, line_no, "", f"malformed JSON: {reason}",
+                                                                 "one JSON object per line"))
+            continue
+        row = parse_row(raw, source, line_no, need_response=need_response)
+        if row.id in seen:
+            row = InvalidRow(f"line-{line_no}", line_no, Problem(
+                source, line_no, "id", f"duplicate row id {row.id!r}", "give every row a unique id"))
+        seen.add(row.id)
+        yield row

@@ -28,6 +28,7 @@ from typing import Any
 from .batch_scoring import existing_ids
 from .chat import ChatModel
 from .conversation import Conversation, as_conversation, render_transcript
+from .jsonl import dumps_line, iter_jsonl
 from .judges.base import Judge, JudgeRequest
 from .loading import Problem, RubricError, rubric_from_data
 from .rows import ID_FIELDS, InvalidRow, row_id
@@ -128,21 +129,17 @@ def parse_generation_row(raw: object, source: str, line: int) -> GenerationRow |
 def read_generation_rows(path: str | Path) -> Iterator[GenerationRow | InvalidRow]:
     """Every non-blank line of a JSONL file as a row or an InvalidRow (bad JSON, duplicate id, ...)."""
     source, seen = str(path), set()
-    with open(path, "rb") as handle:
-        for line, data in enumerate(handle, start=1):
-            text = data.decode("utf-8", errors="replace")
-            if not text.strip():
-                continue
-            try:
-                row = parse_generation_row(json.loads(text), source, line)
-            except (ValueError, RecursionError) as exc:
-                row = InvalidRow(f"line-{line}", line, Problem(source, line, "", f"malformed JSON: {exc}",
-                                                               "one JSON object per line"))
-            if row.id in seen:
-                row = InvalidRow(f"line-{line}", line, Problem(source, line, "id", f"duplicate row id {row.id!r}",
-                                                               "give every row a unique id"))
-            seen.add(row.id)
-            yield row
+    for line, text in iter_jsonl(path, errors="replace"):
+        try:
+            row = parse_generation_row(json.loads(text), source, line)
+        except (ValueError, RecursionError) as exc:
+            row = InvalidRow(f"line-{line}", line, Problem(source, line, "", f"malformed JSON: {exc}",
+                                                           "one JSON object per line"))
+        if row.id in seen:
+            row = InvalidRow(f"line-{line}", line, Problem(source, line, "id", f"duplicate row id {row.id!r}",
+                                                           "give every row a unique id"))
+        seen.add(row.id)
+        yield row
 
 
 def generation_messages(row: GenerationRow) -> list[dict[str, str]]:
@@ -386,7 +383,7 @@ async def _generate_rows(rows: list, source: str, model: ChatModel, judge: Calla
                     judges[:] = judges or [judge()]
                     check = await consistency(judges[0], got.rubric, row, margin)
             good, record = outcome(row, got, check, model.name, f"{source}:{row.line}: row {row.id!r}", summary)
-        sinks[good].write(json.dumps(record, ensure_ascii=False) + "\n")
+        sinks[good].write(dumps_line(record) + "\n")
         sinks[good].flush()
         os.fsync(sinks[good].fileno())
         on_row()

@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..jsonl import iter_jsonl, read_text
 from ..loading import Problem
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "personas"
@@ -88,7 +89,7 @@ def _rows(path: Path) -> tuple[list[tuple[int, dict]], list[Problem]]:
     rows, problems = [], []
     if path.suffix in (".yaml", ".yml"):
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = yaml.safe_load(read_text(path))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             raise ValueError(f"{path}:{mark.line + 1 if mark else '?'}: not valid YAML ({exc})") from None
@@ -104,9 +105,7 @@ def _rows(path: Path) -> tuple[list[tuple[int, dict]], list[Problem]]:
                                         message=f"item {i + 1} is a {type(item).__name__}, not a mapping",
                                         fix="write each persona as a mapping of fields"))
         return rows, problems
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not text.strip():
-            continue
+    for number, text in iter_jsonl(path):
         try:
             item = json.loads(text)
         except ValueError as exc:
@@ -122,7 +121,7 @@ def _rows(path: Path) -> tuple[list[tuple[int, dict]], list[Problem]]:
 
 
 def _item_lines(path: Path) -> list[int]:
-    node = yaml.compose(path.read_text(encoding="utf-8"))
+    node = yaml.compose(read_text(path))
     return [item.start_mark.line + 1 for item in getattr(node, "value", [])] if node is not None else []
 
 

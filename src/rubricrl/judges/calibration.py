@@ -25,6 +25,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..jsonl import read_text
 from ..rubric import Criterion
 from ..verdict import Status, Verdict
 from .base import Judge, JudgeRequest, JudgeStats
@@ -79,7 +80,7 @@ class Calibration(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
         try:
-            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+            return cls.model_validate_json(read_text(path))
         except OSError as exc:
             raise CalibrationError(f"{path}: cannot read: {exc}") from None
         except ValidationError as exc:

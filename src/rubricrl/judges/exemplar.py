@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoder import DEFAULT_ENCODER, embed
+from ..jsonl import read_text
 from ..rubric import Criterion
 from ..verdict import Status, Verdict, skipped_verdict
 from .base import JudgeRequest, JudgeStats
@@ -73,14 +74,14 @@ def save_models(judge_dir: Path, models: dict[str, CriterionModel], encoder: str
         manifest["criteria"][key] = {"criterion_id": m.criterion_id, "text": m.text, "intercept": m.intercept,
                                      "platt_a": m.platt_a, "platt_b": m.platt_b, "threshold": m.threshold,
                                      "metrics": m.metrics, "example_texts": m.example_texts}
-    (judge_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
+    (judge_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 def load_models(judge_dir: Path) -> tuple[str, dict[str, CriterionModel]]:
     path = judge_dir / MANIFEST
     if not path.is_file():
         raise FileNotFoundError(f"{judge_dir}: no {MANIFEST}; fit one with `rubricrl judge fit`")
-    manifest = json.loads(path.read_text())
+    manifest = json.loads(read_text(path))
     models = {}
     for key, meta in manifest["criteria"].items():
         arrays = np.load(judge_dir / f"{key}.npz", allow_pickle=False)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..conversation import Conversation, as_conversation
+from ..jsonl import iter_jsonl, read_jsonl
 from ..rubric import Rubric
 from ..verdict import Status, Verdict
 from .base import JudgeRequest
@@ -268,7 +269,7 @@ def bundled_items(limit: int = 8, rubric: Rubric | None = None) -> list[AuditIte
     crisis_safety for crisis rows), or `rubric` for all."""
     from ..loading import bundled_rubric_path, load_rubric
 
-    rows = [json.loads(line) for line in BUNDLED_PROMPTS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_jsonl(BUNDLED_PROMPTS)
     out = []
     for row in spread(rows, limit):
         own = rubric or load_rubric(bundled_rubric_path(row.get("rubric") or "empathy"))
@@ -283,9 +284,7 @@ def file_items(path: Path, limit: int = 0, rubric: Rubric | None = None) -> tupl
     from ..loading import RubricError, rubric_from_row
 
     items, problems = [], []
-    for line_no, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not text.strip():
-            continue
+    for line_no, text in iter_jsonl(path):
         if limit and len(items) >= limit:
             break
         try:

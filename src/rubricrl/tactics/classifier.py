@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoder import DEFAULT_ENCODER, embed
+from ..jsonl import read_text
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "tactics" / "esconv8"
 
@@ -104,7 +105,7 @@ class TacticClassifier:
         np.savez_compressed(directory / "weights.npz", coef=self.coef, intercept=self.intercept, idf=self.idf)
         (directory / "classifier.json").write_text(json.dumps(
             {"format": 1, "encoder": self.encoder, "taxonomy": self.taxonomy, "tactics": self.tactics,
-             "vocabulary": self.vocabulary}, ensure_ascii=False))
+             "vocabulary": self.vocabulary}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path | None = None) -> TacticClassifier:
@@ -112,7 +113,7 @@ class TacticClassifier:
         meta_path = directory / "classifier.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{directory}: no classifier.json; fit one with `rubricrl tactics fit`")
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(read_text(meta_path))
         arrays = np.load(directory / "weights.npz", allow_pickle=False)
         return cls(meta["tactics"], meta["vocabulary"], arrays["idf"], arrays["coef"], arrays["intercept"],
                    meta["encoder"], meta.get("taxonomy", ""))

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..jsonl import iter_jsonl, write_jsonl
 from ..loading import Problem, RubricError
 from .classifier import TacticClassifier, TurnExample
 from .metrics import Stickiness, stickiness
@@ -21,23 +22,21 @@ from .taxonomy import load_taxonomy
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as handle:
-        for line, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError as exc:
-                raise RubricError([Problem(str(path), line, "", f"malformed JSON: {exc}")]) from None
-            if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
-                raise RubricError([Problem(str(path), line, "messages", "each row needs a `messages` list",
-                                           "write {\"id\": ..., \"messages\": [{role, content}, ...]}")])
-            yield line, row
+    for line, text in iter_jsonl(path):
+        try:
+            row = json.loads(text)
+        except ValueError as exc:
+            raise RubricError([Problem(str(path), line, "", f"malformed JSON: {exc}")]) from None
+        if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
+            raise RubricError([Problem(str(path), line, "messages", "each row needs a `messages` list",
+                                       "write {\"id\": ..., \"messages\": [{role, content}, ...]}")])
+        yield line, row
 
 
 def label_conversations(src: Path, dst: Path, classifier: TacticClassifier, threshold: float = 0.5) -> int:
     rows = [row for _, row in read_jsonl(src)]
-    with open(dst, "w", encoding="utf-8") as out:
+
+    def labeled() -> Iterator[dict]:
         for row in rows:
             turns = supporter_turns(row["messages"])
             probs = classifier.probabilities(turns)
@@ -47,7 +46,9 @@ def label_conversations(src: Path, dst: Path, classifier: TacticClassifier, thre
                     message["tactics"] = sorted(classifier.labels(probs[k], threshold))
                     message["tactic_probs"] = {t: round(float(p), 4) for t, p in zip(classifier.tactics, probs[k])}
                     k += 1
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            yield row
+
+    write_jsonl(dst, labeled())
     return len(rows)
 
 
@@ -78,18 +79,20 @@ def fit_examples(source: str | Path) -> tuple[list[TurnExample], list[str], str]
     path = Path(source)
     if path.suffix == ".jsonl":
         examples, names = [], []
-        with open(path, encoding="utf-8") as handle:
-            for line, text in enumerate(handle, start=1):
-                if not text.strip():
-                    continue
+        for line, text in iter_jsonl(path):
+            try:
                 row = json.loads(text)
-                tactics = row.get("tactics") or ([row["tactic"]] if row.get("tactic") else [])
-                if not isinstance(row.get("text"), str) or not row["text"].strip() or not tactics:
-                    raise RubricError([Problem(str(path), line, "text/tactics", "needs non-empty `text` and "
-                                               "`tactics` (list) or `tactic`")])
-                examples.append(TurnExample(row["text"], frozenset(tactics), row.get("context", ""),
-                                            row.get("previous", "")))
-                names += [t for t in tactics if t not in names]
+            except ValueError as exc:
+                raise RubricError([Problem(str(path), line, "", f"malformed JSON: {exc}")]) from None
+            if not isinstance(row, dict):
+                raise RubricError([Problem(str(path), line, "", "a row must be a JSON object")])
+            tactics = row.get("tactics") or ([row["tactic"]] if row.get("tactic") else [])
+            if not isinstance(row.get("text"), str) or not row["text"].strip() or not tactics:
+                raise RubricError([Problem(str(path), line, "text/tactics", "needs non-empty `text` and "
+                                           "`tactics` (list) or `tactic`")])
+            examples.append(TurnExample(row["text"], frozenset(tactics), row.get("context", ""),
+                                        row.get("previous", "")))
+            names += [t for t in tactics if t not in names]
         return examples, names, path.stem
     taxonomy = load_taxonomy(source)
     examples = [TurnExample(e, frozenset([t.name])) for t in taxonomy.tactics for e in t.examples]

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ..jsonl import read_text
 from ..loading import Problem, RubricError
 
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "taxonomies"
@@ -46,7 +47,7 @@ def load_taxonomy(spec: str | Path = "esconv8") -> Taxonomy:
         names = sorted(p.stem for p in BUNDLED.glob("*.yaml"))
         raise FileNotFoundError(f"no taxonomy {spec!r}: not a file and not one of the bundled {names}")
     try:
-        return Taxonomy.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+        return Taxonomy.model_validate(yaml.safe_load(read_text(path)))
     except ValidationError as exc:
         raise RubricError([Problem(str(path), None, ".".join(str(p) for p in e["loc"]), e["msg"])
                            for e in exc.errors()]) from None

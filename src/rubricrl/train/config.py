@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..jsonl import read_text
+
 _STRICT = ConfigDict(extra="forbid")
 
 # rubricrl's defaults for GRPOConfig: sized for the embedded demo on a 2-core CPU.
@@ -194,7 +196,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     if path is not None:
         source = str(path)
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(read_text(path)) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"{path}: cannot read config: {exc}") from None
         if not isinstance(data, dict):

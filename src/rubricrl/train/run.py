@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from ..judges import make_judge
+from ..jsonl import read_jsonl, write_jsonl
 from ..models import resolve
 from ..rewards import STRUCTURED_SPANS, FormatReward, LengthPenalty, RubricReward
 from .config import TrainConfig, load_config
@@ -42,7 +43,7 @@ def prepare_run_dir(config: TrainConfig, resume: bool) -> Path:
         raise RunDirError(f"{run_dir} already holds a run; use `rubricrl train --resume {run_dir}` to continue it "
                           "or set output_dir to a new directory")
     run_dir.mkdir(parents=True, exist_ok=True)
-    saved.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    saved.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
     return run_dir
 
 
@@ -219,12 +220,12 @@ def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, lo
     from .evaluate import evaluate
 
     if reuse and path.is_file():
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = read_jsonl(path)
         scores = [r["score"] for r in records if r["score"] is not None]
         estimate = bootstrap(scores) if scores else None
     else:
         log(f"held-out evaluation ({label}): {len(data.heldout)} prompts")
         records, estimate = evaluate(model, tokenizer, data.heldout, data.rubrics, judge, max_new_tokens)
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_jsonl(path, records, allow_nan=True)
     return {"estimate": asdict(estimate) if estimate else None,
             "errors": sum(r["n_error"] for r in records), "rows": len(records)}

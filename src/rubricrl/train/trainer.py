@@ -10,6 +10,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from ..jsonl import append_lines
 from ..rubric import Rubric
 from .buffer import SelectiveSampleBuffer
 from .config import ScaffoldConfig
@@ -65,14 +66,12 @@ class RunFilesCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and state.is_world_process_zero:
-            with open(self.metrics_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+            # allow_nan: a NaN loss is logged as it is, never a crash
+            append_lines(self.metrics_path, [{"step": state.global_step, **logs}], allow_nan=True)
 
     def on_step_end(self, args, state, control, **kwargs):
         records = getattr(self.reward, "last_records", None)
         if not records or records is self._last_written or not state.is_world_process_zero:
             return
         self._last_written = records
-        with open(self.samples_path, "a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps({"step": state.global_step, **record}) + "\n")
+        append_lines(self.samples_path, ({"step": state.global_step, **record} for record in records), allow_nan=True)
