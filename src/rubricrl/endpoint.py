@@ -1,25 +1,30 @@
 """A client for one OpenAI-compatible chat endpoint (vLLM, llama.cpp, Ollama, a hosted API) that
 survives real servers: a global concurrency limit, requests- and tokens-per-minute budgets,
-per-call timeouts, bounded retries with exponential backoff and jitter (honouring Retry-After),
-and a circuit breaker. `complete` never raises for a failed call: it returns a `ChatResult`
-whose `error` names the reason (`timeout`, `http_429`, `http_500`, `connection`, `invalid_response`,
-`refusal`, `length`, `circuit_open`, ...), so a judge turns it into a counted `error` verdict.
+per-call timeouts that bound the whole attempt (connect, send and the full body), bounded retries
+with exponential backoff and jitter (honouring Retry-After), and a circuit breaker. `complete` never
+raises for a failed call: it returns a `ChatResult` whose `error` names the reason (`timeout`,
+`http_429`, `http_500`, `connection`, `invalid_response`, `refusal`, `length`, `circuit_open`, ...),
+so a judge turns it into a counted `error` verdict.
+
+A 200 is read through `ChatCompletion`, a pydantic model of the fields this client uses: any body
+that does not fit it (not JSON, no choices, a message or usage of the wrong type, odd logprobs,
+token counts that are not non-negative integers, ...) is `invalid_response: <where>: <what>`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
 from aiolimiter import AsyncLimiter
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError,
+                      model_validator)
 from tenacity import AsyncRetrying, RetryError, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 RETRYABLE = ("timeout", "connection", "http_429", "invalid_response", "schema_refused")
@@ -35,7 +40,7 @@ class EndpointConfig(BaseModel):
     concurrency: int = Field(8, ge=1, description="calls in flight at once, across all users of this client")
     rpm: float | None = Field(None, gt=0, description="requests-per-minute budget")
     tpm: float | None = Field(None, gt=0, description="tokens-per-minute budget (prompt estimate + max_tokens)")
-    timeout: float = Field(60.0, gt=0, description="seconds per HTTP attempt")
+    timeout: float = Field(60.0, gt=0, description="seconds per HTTP attempt: connect, send and the whole answer")
     max_retries: int = Field(3, ge=0, description="extra attempts after a retryable failure")
     backoff: float = Field(0.5, ge=0, description="first backoff in seconds; doubles per attempt, with jitter")
     backoff_max: float = Field(20.0, ge=0, description="longest wait between attempts, Retry-After included")
@@ -85,18 +90,119 @@ class ChatResult:
 
 @dataclass
 class EndpointStats:
-    """Running totals: `calls` are logical calls, `attempts` HTTP requests (calls + retries)."""
+    """Running totals: `calls` are logical calls (`complete` invocations), `attempts` the HTTP requests
+    sent, `retries` those of them that re-attempted a call (its 2nd, 3rd, ... request). A call the open
+    circuit fails fast counts as a call and as a `circuit_open` error, but sends no request."""
 
     calls: int = 0
     attempts: int = 0
+    retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
 
+
+# -- the shape of a chat completion, as far as this client reads it -------------------------------
+# Lenient where OpenAI-compatible servers legitimately differ: unknown fields are ignored, and usage,
+# its counts, logprobs, finish_reason, content and refusal may be missing or null. Anything else
+# that is not the documented shape fails validation, which the client reports as `invalid_response`.
+
+_LOGPROB_SLACK = 1e-3  # a server's rounding may put log(1.0) a hair above 0
+
+
+def _logprob(value: float) -> float:
+    if math.isnan(value) or value > _LOGPROB_SLACK:
+        raise ValueError("a log-probability must be a number <= 0")
+    return min(value, 0.0)
+
+
+LogProb = Annotated[float, AfterValidator(_logprob)]
+TokenCount = Annotated[int, Field(ge=0, strict=True)]
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TopLogprob(_Shape):
+    token: str
+    logprob: LogProb
+
+
+class TokenLogprob(_Shape):
+    top_logprobs: list[TopLogprob] | None = None  # the sampled token's own `token`/`logprob` are not read
+
+
+class Logprobs(_Shape):
+    content: list[TokenLogprob] | None = None
+
+
+class ContentPart(_Shape):
+    """One part of a `content` list: text parts are read, other kinds (image, audio, ...) ignored."""
+
+    type: str
+    text: Any = None
+
+    @model_validator(mode="after")
+    def _text_is_a_string(self) -> "ContentPart":
+        if self.type == "text" and not isinstance(self.text, str):
+            raise ValueError("a text part needs a string `text`")
+        return self
+
+
+def _content_kind(value: Any) -> str | None:
+    return "string" if isinstance(value, str) else "parts" if isinstance(value, list) else None
+
+
+Content = Annotated[
+    Union[Annotated[str, Tag("string")], Annotated[list[ContentPart], Tag("parts")]],
+    Discriminator(_content_kind, custom_error_type="content_type",
+                  custom_error_message="Input should be a string, a list of content parts or null")]
+
+
+class Message(_Shape):
+    content: Content | None = None
+    refusal: str | None = None
+
     @property
-    def retries(self) -> int:
-        return self.attempts - self.calls
+    def text(self) -> str:
+        """The answer: `content`, or its text parts joined; empty for null content or no text part."""
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content if part.type == "text")
+        return self.content or ""
+
+
+class Choice(_Shape):
+    message: Message
+    finish_reason: str | None = None
+    logprobs: Logprobs | None = None
+
+
+class Usage(_Shape):
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
+
+
+class ChatCompletion(_Shape):
+    choices: list[Choice] = Field(min_length=1)
+    usage: Usage | None = None
+
+
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _shape_problem(exc: ValidationError) -> str:
+    """`where: what` for the first validation error (and, for a wrong type, what was there instead),
+    and how many more problems there are."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    what = first["msg"].removeprefix("Value error, ")
+    got = _JSON_KINDS.get(type(first.get("input"))) if first["type"].endswith("_type") else None
+    detail = f"{where}: {what}" + (f" (got {got})" if got else "")
+    return detail + (f" (+{len(errors) - 1} more problem(s))" if len(errors) > 1 else "")
 
 
 class _AttemptFailed(Exception):
@@ -208,7 +314,7 @@ class ChatEndpoint:
             async for attempt in retrying:
                 with attempt:
                     result.attempts += 1
-                    await self._attempt(body, cost, result)
+                    await self._attempt(body, cost, result, retry=attempt.retry_state.attempt_number > 1)
         except _AttemptFailed as exc:
             self.breaker.record(success=not exc.retryable)
             return self._fail(result, exc)
@@ -224,18 +330,23 @@ class ChatEndpoint:
         return wait_exponential_jitter(multiplier=self.config.backoff, max=self.config.backoff_max,
                                        jitter=self.config.backoff)(state)
 
-    async def _attempt(self, body: dict, cost: int, result: ChatResult) -> None:
+    async def _attempt(self, body: dict, cost: int, result: ChatResult, *, retry: bool) -> None:
         if self._rpm:
             await self._rpm.acquire()
         if self._tpm:
             await self._tpm.acquire(min(cost, self.config.tpm))
-        async with self._slots:
+        async with self._slots:  # waiting for a slot or a budget is not part of the attempt's timeout
             self.stats.attempts += 1
+            self.stats.retries += int(retry)
             try:
-                response = await self._client.post("/chat/completions", json=body)
+                # httpx's timeout applies to each read, so a server trickling bytes would never trip it:
+                # asyncio's bounds the whole request, from connecting to the last byte of the body
+                response = await asyncio.wait_for(self._client.post("/chat/completions", json=body),
+                                                  self.config.timeout)
                 payload = response.content
-            except httpx.TimeoutException as exc:
-                raise _AttemptFailed("timeout", f"no answer in {self.config.timeout:g}s ({type(exc).__name__})") from None
+            except (asyncio.TimeoutError, httpx.TimeoutException) as exc:
+                raise _AttemptFailed("timeout", f"no complete answer in {self.config.timeout:g}s "
+                                                f"({type(exc).__name__})") from None
             except (httpx.TransportError, httpx.DecodingError) as exc:
                 raise _AttemptFailed("connection", f"{type(exc).__name__}: {exc}"[:200]) from None
         if response.status_code == 400 and "response_format" in body and self.schema_supported is None:
@@ -249,28 +360,27 @@ class ChatEndpoint:
         if response.status_code >= 400:
             raise _AttemptFailed(f"http_{response.status_code}", response.text[:200])
         try:
-            data = json.loads(payload)
-            choice = data["choices"][0]
-            message = choice.get("message") or {}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _AttemptFailed("invalid_response", f"body is not a chat completion ({type(exc).__name__})") from None
+            data = ChatCompletion.model_validate_json(payload)
+        except ValidationError as exc:
+            raise _AttemptFailed("invalid_response", _shape_problem(exc)[:300]) from None
         if "response_format" in body:
             self.schema_supported = True
-        usage = data.get("usage") or {}
-        result.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        result.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.stats.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.stats.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.stats.cost += (int(usage.get("prompt_tokens") or 0) * self.config.cost_per_1k_prompt
-                            + int(usage.get("completion_tokens") or 0) * self.config.cost_per_1k_completion) / 1000
-        result.text = message.get("content") or ""
-        result.finish_reason = choice.get("finish_reason")
-        content_logprobs = (choice.get("logprobs") or {}).get("content")
+        choice, usage = data.choices[0], data.usage or Usage()
+        prompt_tokens, completion_tokens = usage.prompt_tokens or 0, usage.completion_tokens or 0
+        result.prompt_tokens += prompt_tokens
+        result.completion_tokens += completion_tokens
+        self.stats.prompt_tokens += prompt_tokens
+        self.stats.completion_tokens += completion_tokens
+        self.stats.cost += (prompt_tokens * self.config.cost_per_1k_prompt
+                            + completion_tokens * self.config.cost_per_1k_completion) / 1000
+        result.text = choice.message.text
+        result.finish_reason = choice.finish_reason
+        content_logprobs = choice.logprobs.content if choice.logprobs else None
         result.has_logprobs = content_logprobs is not None
-        result.top_logprobs = [{t["token"]: t["logprob"] for t in (item.get("top_logprobs") or [])}
+        result.top_logprobs = [{t.token: t.logprob for t in item.top_logprobs or []}
                                for item in content_logprobs or []]
-        if message.get("refusal") or result.finish_reason == "content_filter":
-            raise _AttemptFailed("refusal", str(message.get("refusal") or "finish_reason=content_filter")[:200])
+        if choice.message.refusal or result.finish_reason == "content_filter":
+            raise _AttemptFailed("refusal", (choice.message.refusal or "finish_reason=content_filter")[:200])
 
     def _fail(self, result: ChatResult, exc: _AttemptFailed) -> ChatResult:
         result.error = str(exc)

@@ -1,7 +1,9 @@
 """Prompts, JSON schemas and answer parsers of the HTTP judge modes.
 
-Every prompt fences the response and labels it as data. Parsers return None (never a guess) when
-an answer is not what was asked for; the judge turns that into a re-ask or an `error` verdict.
+Every prompt fences the response and labels it as data. Parsers return None (never a guess, never
+an exception) when an answer is not what was asked for: not JSON, JSON nested too deep to read, a
+list where an object was asked for, a field of the wrong type, a rating that is not an integer
+from 1 to 10 (NaN and infinities included); the judge turns that into a re-ask or an `error` verdict.
 """
 
 from __future__ import annotations
@@ -107,9 +109,10 @@ def rating_messages(conversation: Conversation, response: str, criteria: tuple[C
 def parse_rating(text: str) -> int | None:
     obj = _json_object(text)
     rating = obj.get("rating") if isinstance(obj, dict) else None
-    if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating != int(rating):
+    # the range check comes first: it is False for NaN and the infinities, which int() would raise on
+    if isinstance(rating, bool) or not isinstance(rating, (int, float)) or not 1 <= rating <= 10:
         return None
-    return int(rating) if 1 <= rating <= 10 else None
+    return int(rating) if rating == int(rating) else None
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
@@ -125,6 +128,6 @@ def _json_object(text: str):
     for candidate in candidates:
         try:
             return json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's recursion limit
             continue
     return None
