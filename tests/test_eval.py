@@ -349,3 +349,70 @@ def test_existing_dir_without_run_json_is_refused(tmp_path, hb_stub):
     result = invoke("--policy", hb_stub.policy_spec(), "--data", HEALTHBENCH, "--out", out, "--judge", "rules")
     assert result.exit_code == 2 and "not written by `rubricrl eval`" in result.output
     shutil.rmtree(out)
+
+
+MIXED_RUBRIC = RULES_RUBRIC.split("  - id: short")[0] + """  - id: job
+    text: Mentions the 'job'.
+    weight: 1
+  - id: ask
+    text: Asks 'how are you'.
+    weight: 1
+"""  # the rule criterion `sorry` (weight 2) and two model-judged ones
+
+
+def test_judge_down_headline_and_exit_code(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every model-judged verdict is a connection error
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    stub = ChatStub({"r1:": SORRY, "r2:": OKAY})
+    try:
+        rubric = tmp_path / "mixed.yaml"
+        rubric.write_text(MIXED_RUBRIC)
+        args = ["--policy", stub.policy_spec(), "--data", write_rows(tmp_path / "rows.jsonl", ROWS[:2]), "--out",
+                tmp_path / "ev", "--rubric", rubric, "--judge",
+                f"openai:http://127.0.0.1:{port}/v1?mode=per_criterion&max_retries=0&timeout=5"]
+        result = invoke(*args)
+        assert result.exit_code == 1, result.output
+        s = json.loads((tmp_path / "ev" / "summary.json").read_text())
+        # r1: sorry 2 / 2 = 1.0, r2: 0 / 2 = 0.0 (job and ask are errors, left out): the rule criterion alone
+        assert s["score"]["mean"] == pytest.approx(0.5)
+        assert s["model_judged"] == {"verdicts": 4, "decided": 0, "errors": 4, "skipped": 0, "error_rate": 1.0}
+        assert "0 of 4 decided (4 errors)" in result.output and "RULE CRITERIA" in result.output
+        assert "the score rests on only 0 of 4 model-judged verdicts" in result.output
+        assert "more than --max-error-rate 0.5" in result.output and "--rejudge" in result.output
+        result = invoke(*args, "--max-error-rate", 1)
+        assert result.exit_code == 0, result.output
+    finally:
+        stub.close()
+
+
+def test_eval_and_compare_refuse_an_output_that_is_an_input(tmp_path, rubric_file, monkeypatch):
+    stub = ChatStub({"r1:": SORRY})
+    try:
+        data = write_rows(tmp_path / "rows.jsonl", ROWS[:1])
+        before = data.read_bytes()
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "link.jsonl").symlink_to(data)
+        for out in ("rows.jsonl", "./link.jsonl"):
+            result = invoke("--policy", stub.policy_spec(), "--data", "rows.jsonl", "--out", out, "--rubric",
+                            rubric_file, "--judge", "rules")
+            assert result.exit_code == 2, result.output
+            assert "is the same file as --data" in result.output and data.read_bytes() == before
+        (tmp_path / "ev").mkdir()
+        shutil.copy(data, tmp_path / "ev" / "summary.json")  # prompts saved under a name eval writes
+        result = invoke("--policy", stub.policy_spec(), "--data", "ev/summary.json", "--out", "ev", "--rubric",
+                        rubric_file, "--judge", "rules")
+        assert result.exit_code == 2 and "--out (its summary.json)" in result.output
+        assert "is the same file as --data" in result.output and (tmp_path / "ev" / "summary.json").read_bytes() == before
+        assert stub.policy_calls == 0
+        for name in ("a", "b"):
+            assert invoke("--policy", stub.policy_spec(), "--data", data, "--out", name, "--rubric", rubric_file,
+                          "--judge", "rules").exit_code == 0
+        summary = (tmp_path / "a" / "summary.json").read_bytes()
+        result = runner.invoke(app, ["compare", "a", "b", "--json", "a/summary.json"])
+        assert result.exit_code == 2 and "--json a/summary.json is the same file as DIR_A" in result.output
+        assert (tmp_path / "a" / "summary.json").read_bytes() == summary
+    finally:
+        stub.close()

@@ -248,3 +248,252 @@ def test_row_can_name_a_bundled_or_file_rubric(tmp_path, rubric_file):
     assert "no-minimising" in [v["criterion_id"] for v in bundled["verdicts"]]
     assert from_file["score"] == 1.0  # sorry + short + no calm down = 4 / 4
     assert missing["status"] == "invalid" and "'no_such_rubric' is neither a bundled rubric" in missing["problem"]
+
+
+# --------------------------------------------------------------------------- judge errors, re-runs, same files
+# Two model-judged criteria next to the rule one; tests/chat_stub.py grades a criterion `met` when its first
+# 'quoted' phrase occurs in the response, and answers garbage to a criterion containing [garbage].
+MIXED_RUBRIC = """
+id: mixed
+criteria:
+  - id: sorry
+    text: Says sorry.
+    weight: 2
+    check: {type: contains, any_of: [sorry]}
+  - id: job
+    text: Mentions the 'job'.
+    weight: 1
+  - id: ask
+    text: Asks 'how are you'.
+    weight: 1
+"""
+MIXED_ROWS = [
+    {"id": "a", "prompt": "I lost my job.", "response": "I am so sorry."},
+    {"id": "b", "prompt": "I lost my job.", "response": "Tell me about the job."},
+    {"id": "c", "prompt": "I lost my job.", "response": "Fine.",  # its own rubric: rule criteria only
+     "rubric": {"criteria": [{"id": "short", "text": "Short.", "weight": 1, "check": {"type": "length", "max": 5}}]}},
+]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def grader_spec(port: int) -> str:
+    return f"openai:http://127.0.0.1:{port}/v1?model=stub-grader&mode=per_criterion&max_retries=0&timeout=5"
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    rubric = tmp_path / "mixed.yaml"
+    rubric.write_text(MIXED_RUBRIC)
+    return write_rows(tmp_path / "rows.jsonl", MIXED_ROWS), rubric
+
+
+def test_judge_down_headline_names_rule_only_score_and_exits_1(tmp_path, mixed):
+    data, rubric = mixed
+    out = tmp_path / "out.jsonl"
+    args = ["score", "--data", str(data), "--out", str(out), "--rubric", str(rubric), "--no-cache",
+            "--judge", grader_spec(free_port())]  # nothing listens there: every model verdict is a connection error
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    # a: sorry met 2 / 2 (job, ask: errors, left out) = 1.0; b: 0 / 2 = 0.0; c: short met 1 / 1 = 1.0
+    assert {r["id"]: r["score"] for r in read_out(out)} == {"a": 1.0, "b": 0.0, "c": 1.0}
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert summary["score"]["mean"] == pytest.approx(2 / 3)
+    assert summary["model_judged"] == {"verdicts": 4, "decided": 0, "errors": 4, "skipped": 0, "error_rate": 1.0}
+    assert "model-judged verdicts" in result.output and "0 of 4 decided (4 errors)" in result.output
+    assert "RULE CRITERIA" in result.output
+    assert "the score rests on only 0 of 4 model-judged verdicts" in result.output
+    assert "4 of 4 model-judged verdicts (100%) are judge errors, more than --max-error-rate 0.5" in result.output
+    # the same run, accepted with --max-error-rate 1: written and summarised, exit 0, the kept errors named
+    result = runner.invoke(app, args + ["--max-error-rate", "1"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 0 rows" in result.output and "2 row(s) already in" in result.output
+    assert "--retry-errors" in result.output and "the score rests on only 0 of 4" in result.output
+
+
+def test_partial_judge_errors_pass_up_to_max_error_rate(tmp_path):
+    from chat_stub import ChatStub
+
+    rubric = tmp_path / "r.yaml"
+    rubric.write_text(MIXED_RUBRIC.replace("Asks 'how are you'.", "Asks 'how are you' [garbage]."))
+    data = write_rows(tmp_path / "rows.jsonl", MIXED_ROWS[:2])
+    stub = ChatStub()
+    try:
+        base = ["score", "--data", str(data), "--rubric", str(rubric), "--no-cache", "--judge", stub.judge_spec()]
+        result = runner.invoke(app, base + ["--out", str(tmp_path / "one.jsonl")])
+        # 4 model-judged verdicts: job decided twice, [garbage] a parse error twice: 2 / (2 + 2) = 0.5, not above 0.5
+        assert result.exit_code == 0, result.output
+        summary = json.loads((tmp_path / "one.summary.json").read_text())
+        assert summary["model_judged"] == {"verdicts": 4, "decided": 2, "errors": 2, "skipped": 0, "error_rate": 0.5}
+        # a: sorry 2 + job unmet = 2 / 3; b: job 1 / 3 ([garbage] left out of both)
+        assert {r["id"]: r["score"] for r in read_out(tmp_path / "one.jsonl")} == pytest.approx({"a": 2 / 3, "b": 1 / 3})
+        assert "2 of 4 decided (2 errors)" in result.output and "PARTIAL" in result.output
+        assert "the score rests on only 2 of 4 model-judged verdicts" in result.output
+        result = runner.invoke(app, base + ["--out", str(tmp_path / "two.jsonl"), "--max-error-rate", "0.4"])
+        assert result.exit_code == 1, result.output
+        assert "2 of 4 model-judged verdicts (50%) are judge errors, more than --max-error-rate 0.4" in result.output
+    finally:
+        stub.close()
+
+
+def test_rerun_with_other_settings_is_refused_until_rejudge(tmp_path, rubric_file):
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    out = tmp_path / "out.jsonl"
+    base = ["score", "--data", str(data), "--out", str(out)]
+    assert runner.invoke(app, base + ["--rubric", str(rubric_file), "--judge", "rules"]).exit_code == 0
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert "out.settings.json" in files
+    heavier = tmp_path / "heavier.yaml"
+    heavier.write_text(RULES_RUBRIC.replace("weight: 2", "weight: 3"))
+    refusals = {
+        "rubric": (["--rubric", str(heavier), "--judge", "rules"], "rubric " + str(rubric_file.resolve())),
+        "judge": (["--rubric", str(rubric_file), "--judge", "rules+defences:off"],
+                  "judge spec 'rules' (now 'rules+defences:off')"),
+        "threshold": (["--rubric", str(rubric_file), "--judge", "rules", "--threshold", "0.7"],
+                      "--threshold 0.5 (now 0.7)"),
+        "retry": (["--rubric", str(heavier), "--judge", "rules", "--retry-errors"], "heavier.yaml"),
+    }
+    for name, (extra, change) in refusals.items():
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2, (name, result.output)
+        assert "was scored with other settings" in result.output and change in result.output, name
+        assert "--rejudge" in result.output and "--retry-errors" in result.output, name
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != "heavier.yaml"} == files, name
+    result = runner.invoke(app, base + ["--rubric", str(heavier), "--judge", "rules", "--rejudge"])
+    assert result.exit_code == 0, result.output
+    # positive weight 3 + 1 + 1 = 5: a 5/5; b (0 - 1)/5 gated; c (3 + 1 + 1 - 1)/5; d (1 + 1)/5
+    assert {r["id"]: r["score"] for r in read_out(out)} == pytest.approx({"a": 1.0, "b": -0.2, "c": 0.8, "d": 0.4})
+    [archive] = [p for p in tmp_path.glob("out.*.jsonl")]
+    assert {r["id"]: r["score"] for r in read_out(archive)} == EXPECTED  # the old results, kept
+    assert (tmp_path / (archive.stem + ".summary.json")).read_bytes() == files["out.summary.json"]
+    settings = json.loads((tmp_path / "out.settings.json").read_text())
+    assert settings["settings"]["rubric_path"] == str(heavier.resolve()) and settings["rejudge_pending"] is False
+    assert settings["archived"][0]["files"] == [archive.name, archive.stem + ".summary.json"]
+    assert settings["archived"][0]["settings"]["rubric_path"] == str(rubric_file.resolve())
+    assert f"kept the previous results as {archive.name}" in result.output
+    result = runner.invoke(app, base + ["--rubric", str(heavier), "--judge", "rules"])  # same settings: resume
+    assert result.exit_code == 0 and "wrote 0 rows" in result.output and "skipped 4" in result.output
+
+
+def test_rerun_after_a_row_rubric_changed_is_refused(tmp_path):
+    rows = [dict(ROWS[0], rubric=RULES_ROW_RUBRIC), dict(ROWS[1], rubric=RULES_ROW_RUBRIC)]
+    out = tmp_path / "out.jsonl"
+    args = ["score", "--data", str(tmp_path / "rows.jsonl"), "--out", str(out), "--judge", "rules"]
+    write_rows(tmp_path / "rows.jsonl", rows)
+    assert runner.invoke(app, args).exit_code == 0
+    before = out.read_bytes()
+    rows[1]["rubric"] = [dict(RULES_ROW_RUBRIC[0], weight=5)]
+    write_rows(tmp_path / "rows.jsonl", rows)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "the rubric of 1 row(s) (e.g. 'b'" in result.output and "--rejudge" in result.output
+    assert out.read_bytes() == before
+
+
+RULES_ROW_RUBRIC = [{"id": "sorry", "text": "Says sorry.", "weight": 1, "check": {"type": "contains", "any_of": ["sorry"]}}]
+
+
+def test_retry_errors_rejudges_only_the_rows_with_judge_errors(tmp_path, mixed):
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from chat_stub import ChatStub
+
+    data, rubric = mixed
+    out = tmp_path / "out.jsonl"
+    port = free_port()
+    args = ["score", "--data", str(data), "--out", str(out), "--rubric", str(rubric), "--no-cache",
+            "--judge", grader_spec(port)]
+    assert runner.invoke(app, args).exit_code == 1  # the judge is down: a and b get 2 errors each
+    outage = read_out(out)
+    stub = ChatStub()  # the judge is back, at the same address
+    server = ThreadingHTTPServer(("127.0.0.1", port), stub.server.RequestHandlerClass)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = runner.invoke(app, args)  # a plain re-run keeps the errors, says so, and still fails
+        assert result.exit_code == 1 and stub.judge_calls == 0
+        assert "2 row(s) already in" in result.output and "--retry-errors" in result.output
+        result = runner.invoke(app, args + ["--retry-errors"])
+        assert result.exit_code == 0, result.output
+        assert stub.judge_calls == 4  # rows a and b, two model-judged criteria each; c had no error
+    finally:
+        server.shutdown()
+        server.server_close()
+        stub.close()
+    records = read_out(out)
+    assert [r["id"] for r in records] == ["a", "b", "c"]  # in place, in order
+    # a: sorry 2, job unmet, ask unmet = 2/4; b: job 1 / 4; c unchanged
+    assert {r["id"]: r["score"] for r in records} == {"a": 0.5, "b": 0.25, "c": 1.0}
+    assert records[2] == outage[2]
+    assert "re-judged 2 row(s) with judge errors (0 still have errors)" in result.output
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert summary["model_judged"] == {"verdicts": 4, "decided": 4, "errors": 0, "skipped": 0, "error_rate": 0.0}
+    assert summary["score"]["mean"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
+    assert not (tmp_path / "out.retry.jsonl").exists()
+
+
+def test_retry_results_left_by_a_killed_run_are_merged_first(tmp_path, rubric_file):
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    out = tmp_path / "out.jsonl"
+    args = ["score", "--data", str(data), "--out", str(out), "--rubric", str(rubric_file), "--judge", "rules"]
+    assert runner.invoke(app, args).exit_code == 0
+    records = read_out(out)
+    new_b = dict(records[1], score=0.125)  # as if a --retry-errors run wrote b's new result, then was killed
+    (tmp_path / "out.retry.jsonl").write_text(json.dumps(new_b) + "\n")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert read_out(out) == [records[0], new_b, records[2], records[3]]
+    assert not (tmp_path / "out.retry.jsonl").exists()
+
+
+def test_out_that_is_the_data_file_is_refused(tmp_path, rubric_file, monkeypatch):
+    data = write_rows(tmp_path / "rows.jsonl", ROWS)
+    before = data.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(data)
+    (tmp_path / "hard.jsonl").hardlink_to(data)
+    monkeypatch.chdir(tmp_path)
+    base = ["score", "--data", "rows.jsonl", "--rubric", str(rubric_file), "--judge", "rules"]
+    for extra in (["--out", "rows.jsonl"], ["--out", "sub/../rows.jsonl"], ["--out", str(data)],
+                  ["--out", "link.jsonl"], ["--out", "hard.jsonl"],
+                  ["--out", "o.jsonl", "--summary-json", "rows.jsonl"],
+                  ["--out", "o.jsonl", "--summary-json", "o.jsonl"]):
+        result = runner.invoke(app, base + extra)
+        assert result.exit_code == 2, (extra, result.output)
+        assert "is the same file as" in result.output and "Nothing was written" in result.output, extra
+        assert data.read_bytes() == before, extra
+        assert not (tmp_path / "o.jsonl").exists() and not list(tmp_path.glob("*.settings.json")), extra
+
+
+@pytest.mark.parametrize("case", ["rubrics generate", "rubrics refine", "judge fit", "judge agree", "judge calibrate",
+                                  "judge audit", "tactics classify", "tactics fit", "simulate"])
+def test_other_commands_refuse_an_output_that_is_an_input(tmp_path, rubric_file, case):
+    rows = write_rows(tmp_path / "rows.jsonl", [{"id": "p1", "prompt": "I lost my job.", "response": "I'm sorry."}])
+    labels = tmp_path / "agree" / "verdicts.jsonl"
+    labels.parent.mkdir()
+    write_rows(labels, [{"prompt": "p", "response": "I'm sorry.", "criterion": "Says sorry.", "label": "met"}])
+    chats = write_rows(tmp_path / "chats.jsonl", [{"id": "c1", "messages": [{"role": "user", "content": "hi"},
+                                                                           {"role": "assistant", "content": "hello"}]}])
+    down = "openai:http://127.0.0.1:9/v1?model=x&max_retries=0&timeout=1"
+    args, victim = {
+        "rubrics generate": (["--data", rows, "--out", rows, "--generator", down], rows),
+        "rubrics refine": ([rubric_file, "--out", rubric_file], rubric_file),
+        "judge fit": (["--rubric", rubric_file, "--out", rubric_file], rubric_file),
+        "judge agree": (["--labels", labels, "--out", labels.parent, "--judge", "rules"], labels),
+        "judge calibrate": (["--labels", labels, "--out", labels, "--judge", "rules"], labels),
+        "judge audit": (["--judge", "rules", "--rubric", rubric_file, "--data", rows, "--json", rows], rows),
+        "tactics classify": (["--in", chats, "--out", chats], chats),
+        "tactics fit": (["--data", chats, "--out", chats], chats),
+        "simulate": (["--personas", rows, "--out", rows, "--policy", down, "--user-model", down], rows),
+    }[case]
+    before = victim.read_bytes()
+    result = runner.invoke(app, case.split() + [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "is the same file as" in result.output and "Nothing was written" in result.output
+    assert victim.read_bytes() == before

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from .jsonl import escape_line_separators, write_jsonl
 from .loading import RubricError, criterion_summary, load_rubric
-from .summary import RunSummary
+from .summary import DEFAULT_MAX_ERROR_RATE, RunSummary
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Rubric rewards for RL of language models: lint rubrics, judge, score.")
@@ -46,6 +46,34 @@ def load_rubric_option(rubric: Path):
         return load_rubric(rubric_path(rubric))
     except RubricError as exc:
         fail(f"--rubric is not valid:\n{exc}")
+
+
+def refuse_clash(outputs, inputs) -> None:
+    """Exit (code 2, nothing written) when an output path is one of the inputs or another output, however
+    spelt (relative, symlink, hard link): `outputs`/`inputs` are (option name, path or None) pairs."""
+    from .paths import clash
+
+    problem = clash(outputs, inputs)
+    if problem:
+        fail(problem)
+
+
+def check_judge_errors(coverage, reasons: dict[str, int], max_error_rate: float, remedy: str) -> None:
+    """Warn when the score rests on part of the model-judged verdicts; exit with code 1 when their
+    error rate is above `max_error_rate` (the results are written by then)."""
+    if coverage.verdicts and coverage.partial:
+        why = ", ".join(f"{k} x{v}" for k, v in reasons.items())
+        parts = ([f"{coverage.errors} judge errors" + (f" ({why})" if why else "")] if coverage.errors else []) + (
+            [f"{coverage.skipped} skipped"] if coverage.skipped else [])
+        err.print(f"[yellow]warning[/] the score rests on only {coverage.decided} of {coverage.verdicts} "
+                  f"model-judged verdicts ({', '.join(parts)}); the criteria without a verdict are left out of each "
+                  "row's score" + (", so it is the score of the rule criteria alone" if not coverage.decided else ""),
+                  highlight=False)
+    if coverage.exceeds(max_error_rate):
+        fail(f"{coverage.errors} of {coverage.decided + coverage.errors} model-judged verdicts "
+             f"({coverage.error_rate:.0%}) are judge errors, more than --max-error-rate {max_error_rate:g}, so the "
+             f"score does not measure the rubric. The results are written; {remedy} (--max-error-rate 1 accepts any "
+             "error rate)", code=1)
 
 
 def judge_or_fail(spec: str, **options):
@@ -122,10 +150,11 @@ def rubrics_generate(
     from .chat import make_chat_model
     from .judges import JudgeSpecError, make_judge
     from .models import ModelNotFoundError
-    from .rubric_generation import CATEGORY_WEIGHTS, default_judge_spec, generate_file
+    from .rubric_generation import CATEGORY_WEIGHTS, default_judge_spec, errors_path_for, generate_file
 
     if not data.is_file():
         fail(f"--data {data}: file not found")
+    refuse_clash([("--out", out), ("--out (its errors file)", errors_path_for(out))], [("--data", data)])
     try:
         model = make_chat_model(generator)
     except (ValueError, ModelNotFoundError, RuntimeError, OSError) as exc:
@@ -183,6 +212,7 @@ def rubrics_refine(
     from .rubric_refinement import refine_rubric, write_rubric
 
     path = rubric_path(rubric)
+    refuse_clash([("--out", out)], [("RUBRIC", path), ("--responses", responses)])
     try:
         original = load_rubric(path)
     except RubricError as exc:
@@ -225,7 +255,9 @@ def rubrics_refine(
 @app.command()
 def score(
     data: Annotated[Path, typer.Option(help="JSONL rows: prompt (or messages), response, optional rubric.")],
-    out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume).")],
+    out: Annotated[Path, typer.Option(help="Output JSONL; rows already in it are skipped (resume). The settings "
+                                           "its verdicts were judged with go to OUT_STEM.settings.json; a re-run "
+                                           "with other settings is refused (see --rejudge).")],
     rubric: Annotated[Optional[Path], typer.Option(help="Rubric file or bundled name (empathy, crisis_safety) "
                                                         "for rows without their own rubric.")] = None,
     judge: Annotated[str, typer.Option(help="`rules`, `local[:MODEL]`, `exemplar[:DIR]`, `openai:URL?mode=...`, "
@@ -238,28 +270,66 @@ def score(
                                                             "re-decides model verdicts from p_met.")] = None,
     batch_size: Annotated[int, typer.Option(min=1, help="Rows judged together (shared-prefix batching).")] = 16,
     summary_json: Annotated[Optional[Path], typer.Option(help="Where to write the summary (default: OUT with .summary.json).")] = None,
+    rejudge: Annotated[bool, typer.Option("--rejudge", help="Re-judge every row (e.g. with another --judge or "
+                                                            "--rubric than OUT was scored with); the old results are "
+                                                            "kept as OUT_STEM.<UTC time>.jsonl.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-judge only the rows of OUT that have judge "
+                                                                      "errors (same settings); each new result "
+                                                                      "replaces the old one.")] = False,
+    max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit with code 1 when more than this share "
+                                                                        "of the model-judged verdicts are judge errors "
+                                                                        "(errors / (decided + errors)); 1 never "
+                                                                        "fails.")] = DEFAULT_MAX_ERROR_RATE,
 ):
-    """Judge every row against its rubric and write verdicts, scores and a summary."""
-    from .batch_scoring import count_lines, read_results, score_file
+    """Judge every row against its rubric and write verdicts, scores and a summary.
+
+    Exit code 0: done; 1: done, but more than --max-error-rate of the model-judged verdicts are judge
+    errors; 2: refused (bad input, or OUT scored with other settings), nothing written."""
+    from .batch_scoring import count_lines, read_results, score_rows
+    from .rows import ScoringRow, read_rows
+    from .score_runs import (begin, default_summary_path, finish, has_errors, make_settings, plan_score, retry_path,
+                             sidecar_paths)
     from .summary import summarize
 
     if not data.is_file():
         fail(f"--data {data}: file not found")
+    if out.is_dir():
+        fail(f"--out {out} is a directory; give the path of a JSONL file")
+    target = summary_json or default_summary_path(out)
+    refuse_clash([("--out", out), ("--summary-json", target), *sidecar_paths(out), ("--cache-path", cache_path)],
+                 [("--data", data), ("--rubric", rubric_path(rubric) if rubric is not None else None),
+                  ("--calibration", calibration)])
     shared = load_rubric_option(rubric) if rubric is not None else None
-    the_judge = judge_or_fail(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
-                              calibration=calibration)
-    total = count_lines(data)
-    columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    settings = make_settings(judge, shared, rubric_path(rubric) if rubric is not None else None, threshold,
+                             calibration)
     try:
-        with Progress(*columns, console=err, transient=False) as progress:
-            task = progress.add_task("rows", total=total)
-            result = score_file(data, out, the_judge, shared, batch_size=batch_size,
-                                on_rows=lambda n: progress.advance(task, n))
+        plan = plan_score(data, out, settings, shared, rejudge=rejudge, retry_errors=retry_errors)
     except ValueError as exc:
         fail(str(exc))
-    summary = summarize(read_results(out))
-    target = summary_json or out.with_name(out.stem + ".summary.json")
-    target.write_text(json.dumps(summary.to_dict(), indent=2))
+    for note in plan.notes:
+        err.print(f"[yellow]note[/] {note}", highlight=False)
+    the_judge = judge_or_fail(judge, cache=not no_cache, cache_path=cache_path, threshold=threshold,
+                              calibration=calibration)
+    columns = (TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    try:
+        archived = begin(plan, out)
+        if plan.mode == "retry_errors":  # new results go to the retry file, merged into OUT by finish()
+            rows, sink = [r for r in read_rows(data) if isinstance(r, ScoringRow) and r.id in plan.retry_ids], \
+                retry_path(out)
+            total = len(rows)
+        else:
+            rows, sink, total = read_rows(data), out, count_lines(data)
+        with Progress(*columns, console=err, transient=False) as progress:
+            task = progress.add_task("rows", total=total)
+            result = score_rows(rows, sink, the_judge, shared, batch_size=batch_size,
+                                on_rows=lambda n: progress.advance(task, n))
+        finish(plan, out)
+    except ValueError as exc:
+        fail(str(exc))
+    records = read_results(out)
+    summary = summarize(records)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary.to_dict(), indent=2), encoding="utf-8")
     print_summary(summary)
     exemplar = getattr(the_judge, "exemplar_judge", None)
     if exemplar is not None:
@@ -281,8 +351,22 @@ def score(
     if guard is not None:
         console.print(f"defences ({the_judge.defences.describe()}): {guard.prechecked} responses pre-checked, "
                       f"{guard.neutralised} neutralised, {guard.downgraded} verdicts downgraded", highlight=False)
-    console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
-                  f"summary in {target}", highlight=False)
+    if archived:
+        console.print(f"kept the previous results as {', '.join(archived)}", highlight=False)
+    if plan.mode == "retry_errors":
+        still = sum(1 for r in records if r["id"] in plan.retry_ids and has_errors(r))
+        missing = len(plan.retry_ids) - total
+        console.print(f"re-judged {result.written} row(s) with judge errors ({still} still have errors"
+                      + (f"; {missing} are not in --data and were kept" if missing else "") + f") in {out}; "
+                      f"summary in {target}", highlight=False)
+    else:
+        console.print(f"wrote {result.written} rows to {out} (skipped {result.skipped_existing} already there); "
+                      f"summary in {target}", highlight=False)
+    if plan.kept_errors:
+        err.print(f"[yellow]note[/] {plan.kept_errors} row(s) already in {out} have judge errors from an earlier run "
+                  "and were kept as they are; re-judge them with --retry-errors", highlight=False)
+    check_judge_errors(summary.model_judged, summary.error_reasons, max_error_rate,
+                       "fix the judge, then re-judge the rows with errors: the same command with --retry-errors")
 
 
 @judge_app.command("fit")
@@ -295,8 +379,11 @@ def judge_fit(
 ):
     """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples."""
     from .exemplar_fit import collect_examples, fit_exemplars
+    from .judges.exemplar import MANIFEST
 
     path = rubric_path(rubric)
+    refuse_clash([("--out", out), (f"--out (its {MANIFEST})", out / MANIFEST)],
+                 [("--rubric", path), ("--labels", labels)])
     try:
         the_rubric = load_rubric(path)
         examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem)
@@ -370,11 +457,14 @@ def judge_agree(
     from .agreement import agreement, verdict_records
     from .agreement_report import write_report
 
+    out_dir = out or labels.with_name(labels.stem + "_agreement")
+    refuse_clash([("--out", out_dir)] + [(f"--out (its {name})", out_dir / name)
+                                         for name in ("agreement.json", "agreement.html", "verdicts.jsonl")],
+                 [("--labels", labels), ("--calibration", calibration), ("--cache-path", cache_path)])
     the_judge, items, problems, verdicts = _judged_labels(labels, judge, no_cache=no_cache, cache_path=cache_path,
                                                           threshold=threshold, batch_size=batch_size,
                                                           calibration=calibration)
     result = agreement(items, verdicts, judge_id=the_judge.judge_id, labels_file=str(labels), problems=problems)
-    out_dir = out or labels.with_name(labels.stem + "_agreement")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "agreement.json").write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     write_jsonl(out_dir / "verdicts.jsonl", verdict_records(items, verdicts))
@@ -422,6 +512,7 @@ def judge_calibrate(
 
     if by not in ("criterion", "tag"):
         fail(f"--by {by}: use `criterion` or `tag`")
+    refuse_clash([("--out", out)], [("--labels", labels), ("--cache-path", cache_path)])
     the_judge, items, _, verdicts = _judged_labels(labels, judge, no_cache=no_cache, cache_path=cache_path,
                                                    threshold=0.5, batch_size=batch_size)
     model = the_judge.model_judge
@@ -478,6 +569,8 @@ def judge_audit(
     from .judges import probes
     from .judges.defences import Defences
 
+    refuse_clash([("--json", json_out)], [("--data", data), ("--rubric", rubric_path(rubric) if rubric else None),
+                                          ("--cache-path", cache_path)])
     shared = load_rubric_option(rubric) if rubric is not None else None
     if data is not None:
         if not data.is_file():
@@ -569,6 +662,7 @@ def tactics_classify(
     from .tactics.labeling import label_conversations
     from .tactics.taxonomy import load_taxonomy
 
+    refuse_clash([("--out", out)], [("--in", in_), ("--taxonomy", Path(taxonomy) if judge is not None else None)])
     try:
         if judge is not None:
             model = JudgeTacticClassifier(load_taxonomy(taxonomy), make_judge(judge))
@@ -614,6 +708,8 @@ def tactics_fit(
     from .tactics.classifier import TacticClassifier, cross_validate
     from .tactics.labeling import fit_examples
 
+    refuse_clash([("--out", out)] + [(f"--out (its {name})", out / name)
+                                     for name in ("weights.npz", "classifier.json")], [("--data", Path(data))])
     try:
         examples, names, taxonomy = fit_examples(data)
         report = cross_validate(examples, names, folds=folds)
@@ -696,6 +792,9 @@ def simulate(
     from .dialogue.user import SimulatedUser, UserSettings
     from .models import ModelNotFoundError
 
+    refuse_clash([("--out", out)] + [(f"--out (its {name})", out / name)
+                                     for name in ("transcripts.jsonl", "summary.json", "report.html")],
+                 [("--personas", personas)])
     try:
         loaded = load_personas(personas)
     except (FileNotFoundError, ValueError) as exc:
@@ -796,13 +895,20 @@ def eval_(
                                                             "--judge); the old results are kept.")] = False,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Generate the saved policy errors again "
                                                                       "(they are final otherwise).")] = False,
+    max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit with code 1 when more than this share "
+                                                                        "of the model-judged verdicts are judge errors "
+                                                                        "(errors / (decided + errors)); 1 never "
+                                                                        "fails.")] = DEFAULT_MAX_ERROR_RATE,
 ):
-    """Generate with a policy, judge, and aggregate (HealthBench semantics); resumes after a kill."""
+    """Generate with a policy, judge, and aggregate (HealthBench semantics); resumes after a kill.
+
+    Exit code 0: done; 1: done, but more than --max-error-rate of the model-judged verdicts are judge
+    errors; 2: refused (bad input or settings), see the message."""
     from .eval_cli import eval_command
     from .evaluation import EvalRequest
 
     eval_command(EvalRequest(out, policy, data, judge, rubric, samples, max_tokens, temperature, seed, concurrency,
-                             batch_size, rejudge, retry_errors))
+                             batch_size, rejudge, retry_errors), max_error_rate=max_error_rate)
 
 
 @app.command()
@@ -866,14 +972,24 @@ def serve(
         fail(str(exc))
 
 
+def score_scope(coverage) -> str:
+    """What a headline score rests on, for its label: nothing when every model-judged verdict was decided."""
+    if coverage.verdicts and not coverage.decided:
+        return ": RULE CRITERIA ONLY"
+    return ": PARTIAL" if coverage.partial else ""
+
+
 def print_summary(s: RunSummary) -> None:
     head = Table(title="rubricrl score", show_header=False)
     head.add_row("rows", f"{s.rows} ({s.scored} scored, {s.unscored} unscored, {s.invalid} invalid)")
     if s.score:
-        head.add_row("score (mean, clipped)", f"{s.score.mean:.3f}  95% CI [{s.score.ci_low:.3f}, "
+        head.add_row("score (mean, clipped)" + score_scope(s.model_judged),
+                     f"{s.score.mean:.3f}  95% CI [{s.score.ci_low:.3f}, "
                      f"{s.score.ci_high:.3f}]  bootstrap std {s.score.std:.3f}  n={s.score.n}")
     else:
         head.add_row("score", "no row could be scored")
+    if s.model_judged.verdicts:
+        head.add_row("model-judged verdicts", s.model_judged.describe())
     if s.mean_coverage is not None:
         head.add_row("coverage", f"{s.mean_coverage:.1%} of criteria decided (met/unmet)")
     head.add_row("hard-rule gated rows", str(s.gated_rows))

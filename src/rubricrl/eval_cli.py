@@ -9,16 +9,18 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .cli import console, err, fail
+from .cli import check_judge_errors, console, err, fail, refuse_clash, score_scope
 from .comparison import Comparison, ComparisonError, ci, compare_dirs, comparison_html
 from .evaluation import EvalError, EvalRequest, run_eval
+from .summary import DEFAULT_MAX_ERROR_RATE, ModelCoverage
 
 COLUMNS = (TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
            TimeRemainingColumn())
 
 
-def eval_command(req: EvalRequest) -> None:
-    """Run (or resume, or re-judge) an eval and print its summary."""
+def eval_command(req: EvalRequest, *, max_error_rate: float = DEFAULT_MAX_ERROR_RATE) -> None:
+    """Run (or resume, or re-judge) an eval and print its summary; exit with code 1 when more than
+    `max_error_rate` of the model-judged verdicts are judge errors."""
     from .chat import make_chat_model
     from .judges import JudgeSpecError, make_judge
     from .models import ModelNotFoundError
@@ -64,6 +66,15 @@ def eval_command(req: EvalRequest) -> None:
     console.print(f"generated {outcome.generated_now} now ({outcome.generated_before} saved before), judged "
                   f"{outcome.judged_now} now ({outcome.judged_before} saved before); wrote {req.out}/summary.json and "
                   f"{outcome.report}", highlight=False)
+    check_judge_errors(model_judged(outcome.summary), outcome.summary["judge_error_reasons"], max_error_rate,
+                       f"fix the judge, then re-judge the saved generations: `rubricrl eval --out {req.out} "
+                       "--rejudge` (the current results are kept; cached verdicts cost no model call)")
+
+
+def model_judged(s: dict) -> ModelCoverage:
+    """The summary's model-judged verdict counts (an older summary has none: zeros)."""
+    m = s.get("model_judged") or {}
+    return ModelCoverage(**{k: m.get(k, 0) for k in ("verdicts", "decided", "errors", "skipped")})
 
 
 def _estimate(e: dict | None) -> str:
@@ -74,7 +85,11 @@ def _estimate(e: dict | None) -> str:
 
 def print_eval_summary(s: dict, title: str) -> None:
     head = Table(title=title, show_header=False)
-    head.add_row("score (mean, clipped)", _estimate(s["score"]) if s["score"] else "no unit could be scored")
+    coverage = model_judged(s)
+    head.add_row("score (mean, clipped)" + score_scope(coverage),
+                 _estimate(s["score"]) if s["score"] else "no unit could be scored")
+    if coverage.verdicts:
+        head.add_row("model-judged verdicts", coverage.describe())
     if s.get("score_errors_as_zero"):
         head.add_row("score if policy errors scored 0", _estimate(s["score_errors_as_zero"]))
     head.add_row("units", f"{s['units']} over {s['rows']} rows x {s['samples']} samples: "
@@ -104,6 +119,13 @@ def print_eval_summary(s: dict, title: str) -> None:
 
 
 def compare_command(dir_a: Path, dir_b: Path, json_out: Path | None, html_out: Path | None, top: int) -> None:
+    from .evaluation import GENERATIONS, RESULTS, RUN_FILE, SUMMARY
+
+    names = (RUN_FILE, GENERATIONS, RESULTS, SUMMARY, "report.html")
+    refuse_clash([("--json", json_out), ("--html", html_out)],
+                 [(label, d) for label, d in (("DIR_A", dir_a), ("DIR_B", dir_b))]
+                 + [(f"{label} (its {name})", d / name) for label, d in (("DIR_A", dir_a), ("DIR_B", dir_b))
+                    for name in names])
     try:
         c = compare_dirs(dir_a, dir_b, top=top)
     except ComparisonError as exc:

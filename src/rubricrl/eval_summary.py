@@ -11,6 +11,9 @@
 - Example tags (HealthBench `theme:*`, ...): the run score over the units whose row has the tag.
 - Policy errors and unscored units are left out of the means and counted; `score_errors_as_zero`
   shows the headline if policy errors were scored 0 (a lower bound the reader can check).
+- Judge errors are left out of each unit's score; `model_judged` counts the model-judged verdicts
+  (criteria without a declarative check) decided, failed and skipped, so a reader sees when the
+  score rests on the rule criteria alone (summary.ModelCoverage).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, computed_field
 
 from .scoring import bootstrap
+from .summary import model_coverage
 
 
 class EstimateOut(BaseModel):
@@ -53,6 +57,17 @@ class CriterionOut(BaseModel):
         return self.met / decided if decided else None
 
 
+class ModelJudgedOut(BaseModel):
+    """Model-judged verdicts (criteria without a declarative check): decided, errors, skipped;
+    error_rate = errors / (decided + errors), None when there are none."""
+
+    verdicts: int = 0
+    decided: int = 0
+    errors: int = 0
+    skipped: int = 0
+    error_rate: float | None = None
+
+
 class EvalSummary(BaseModel):
     units: int  # result lines: (row id, sample) pairs
     rows: int
@@ -70,6 +85,7 @@ class EvalSummary(BaseModel):
     judge_verdicts: int
     judge_errors: int
     judge_error_reasons: dict[str, int]
+    model_judged: ModelJudgedOut = ModelJudgedOut()
     policy_errors: int
     policy_error_reasons: dict[str, int]
     invalid_examples: list[str]
@@ -145,6 +161,7 @@ def summarize_eval(records: list[dict], *, samples: int = 1, resamples: int = 10
         criteria_key=mode, criteria=criteria,
         judge_ids=sorted(judge_ids), judge_verdicts=verdicts, judge_errors=sum(judge_reasons.values()),
         judge_error_reasons=dict(judge_reasons.most_common()),
+        model_judged=ModelJudgedOut(**model_coverage(records).to_dict()),
         policy_errors=len(policy), policy_error_reasons=dict(Counter(_reason(r.get("problem", "")) for r in policy)),
         invalid_examples=list(dict.fromkeys(r.get("problem", "") for r in records if r["status"] == "invalid"))[:10],
     )

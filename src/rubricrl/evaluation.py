@@ -188,6 +188,7 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
     if existing is None and (req.policy is None or req.data is None):
         raise EvalError(f"{out} is a new eval directory: --policy and --data are required")
     data = Path(req.data) if req.data is not None else Path(existing.data_path)
+    _refuse_clash(out, "--data", data)
     if not data.is_file():
         raise EvalError(f"--data {data}: file not found" + ("" if req.data else " (the path in run.json; pass --data "
                                                                                 "with the same file)"))
@@ -207,6 +208,7 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
                         "run's settings (or leave them out to reuse them), or choose a new --out")
     rubric_arg = req.rubric if req.rubric is not None else (
         Path(existing.judging.rubric_path) if existing and existing.judging.rubric_path else None)
+    _refuse_clash(out, "--rubric", rubric_arg)
     if req.rubric is None and rubric_arg is not None and not rubric_arg.is_file():
         raise EvalError(f"the run's rubric {rubric_arg} (run.json) is gone; pass --rubric with the same rubric")
     rubric, rubric_path = resolve_rubric(rubric_arg)
@@ -224,6 +226,16 @@ def plan_run(req: EvalRequest) -> tuple[RunFile, JudgingSettings | None, Rubric 
     run = existing.model_copy(update={"judging": judging, "data_path": str(data.resolve())}) if existing else RunFile(
         created=_now(), data_path=str(data.resolve()), generation=generation, judging=judging)
     return run, existing.judging if existing else None, rubric
+
+
+def _refuse_clash(out: Path, option: str, path: Path | None) -> None:
+    """Refuse an input that is --out itself or one of the files an eval writes into it."""
+    from .paths import clash
+
+    names = (RUN_FILE, GENERATIONS, RESULTS, SUMMARY, "report.html")
+    problem = clash([("--out", out)] + [(f"--out (its {name})", out / name) for name in names], [(option, path)])
+    if problem:
+        raise EvalError(problem)
 
 
 def read_prompt_rows(data: Path, shared: Rubric | None) -> tuple[list[ScoringRow | InvalidRow], list[str]]:
