@@ -1,0 +1,190 @@
+"""How well do rubricrl's judges agree with a careful reading of the policy's OWN replies?
+
+The gold set (bench/gold/) holds replies the embedded policy really wrote (greedy and at the training
+temperature, before and after training, most cut off at the 96-token limit), each labelled by reading
+(bench/gold/GUIDE.md). For each judge this prints, per model-judged criterion of the bundled rubrics:
+AUC of p_met against the labels, accuracy of met/unmet, and the share of incoherent or deflecting
+replies on which it calls a positive criterion met. It also prints the agreement between the first
+and the second (blind) read of the re-read items.
+
+    python -u bench/judge_on_policy.py                          # default judges
+    python -u bench/judge_on_policy.py --judge exemplar+local --judge rules --json out.json
+
+Targets (issue 15): the default reward judge's mean AUC >= 0.85, and positive criteria called met on
+<= 5% of incoherent or deflecting replies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+GOLD = Path(__file__).resolve().parent / "gold"
+DEFAULT_JUDGES = ["exemplar+local", "exemplar", "local"]
+SHARED = ("coherent", "deflects")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8-sig").split("\n") if line.strip()]
+
+
+def load_gold(gold: Path = GOLD) -> tuple[list[dict], dict[str, dict]]:
+    """(items, labels by item id); every item must be labelled, with exactly its rubric's label names."""
+    from rubricrl.loading import load_rubric, bundled_rubric_path
+
+    items = read_jsonl(gold / "items.jsonl")
+    labels = {row["id"]: row["labels"] for row in read_jsonl(gold / "labels.jsonl")}
+    for item in items:
+        rubric = load_rubric(bundled_rubric_path(item["rubric"]))
+        expected = set(SHARED) | {c.id for c in rubric.criteria if c.check is None}
+        got = labels.get(item["id"])
+        if got is None:
+            raise SystemExit(f"{gold / 'labels.jsonl'}: item {item['id']} has no labels")
+        if set(got) != expected or not all(isinstance(v, bool) for v in got.values()):
+            raise SystemExit(f"{gold / 'labels.jsonl'}: item {item['id']}: labels {sorted(got)} must be exactly "
+                             f"{sorted(expected)}, each true or false")
+    return items, labels
+
+
+def auc(scores: list[float], truth: list[bool]) -> float | None:
+    """Probability that a random positive outranks a random negative (ties count half)."""
+    pos = [s for s, t in zip(scores, truth) if t]
+    neg = [s for s, t in zip(scores, truth) if not t]
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def kappa(a: list[bool], b: list[bool]) -> float | None:
+    n = len(a)
+    if not n:
+        return None
+    observed = sum(x == y for x, y in zip(a, b)) / n
+    pa, pb = sum(a) / n, sum(b) / n
+    expected = pa * pb + (1 - pa) * (1 - pb)
+    return None if expected == 1 else (observed - expected) / (1 - expected)
+
+
+def reread_agreement(labels: dict[str, dict], gold: Path = GOLD) -> dict | None:
+    path = gold / "reread.jsonl"
+    if not path.exists():
+        return None
+    second = {row["id"]: row["labels"] for row in read_jsonl(path)}
+    pairs: dict[str, tuple[list[bool], list[bool]]] = defaultdict(lambda: ([], []))
+    for item_id, again in second.items():
+        for name, value in again.items():
+            first = labels[item_id].get(name)
+            if first is not None:
+                pairs[name][0].append(first)
+                pairs[name][1].append(value)
+    a = [x for p in pairs.values() for x in p[0]]
+    b = [x for p in pairs.values() for x in p[1]]
+    return {"items": len(second), "labels": len(a), "agreement": sum(x == y for x, y in zip(a, b)) / len(a),
+            "kappa": kappa(a, b),
+            "per_label": {name: {"n": len(x), "agreement": sum(u == v for u, v in zip(x, y)) / len(x),
+                                 "kappa": kappa(x, y)} for name, (x, y) in sorted(pairs.items())}}
+
+
+def run_judge(spec: str, items: list[dict]) -> dict[str, dict[str, tuple[str, float | None]]]:
+    """item id -> criterion id -> (status, p_met) for the model-judged criteria."""
+    from rubricrl.conversation import as_conversation
+    from rubricrl.judges import JudgeRequest, make_judge
+    from rubricrl.loading import bundled_rubric_path, load_rubric
+
+    judge = make_judge(spec, cache=False)
+    rubrics = {name: load_rubric(bundled_rubric_path(name)) for name in {i["rubric"] for i in items}}
+    requests = []
+    for item in items:
+        criteria = tuple(c for c in rubrics[item["rubric"]].criteria if c.check is None)
+        requests.append(JudgeRequest(as_conversation([{"role": "user", "content": item["prompt"]}]), item["reply"],
+                                     criteria))
+    out: dict[str, dict] = {}
+    for start in range(0, len(requests), 16):
+        answers = asyncio.run(judge.judge(requests[start:start + 16]))
+        for item, verdicts in zip(items[start:start + 16], answers):
+            out[item["id"]] = {v.criterion_id: (v.status.value, v.p_met) for v in verdicts}
+        print(f"  {spec}: {min(start + 16, len(items))}/{len(items)}", file=sys.stderr, flush=True)
+    return out
+
+
+def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
+    from rubricrl.loading import bundled_rubric_path, load_rubric
+
+    started = time.perf_counter()
+    verdicts = run_judge(spec, items)
+    seconds = time.perf_counter() - started
+    weights = {}
+    for name in {i["rubric"] for i in items}:
+        weights.update({c.id: c.weight for c in load_rubric(bundled_rubric_path(name)).criteria if c.check is None})
+    per: dict[str, dict] = {}
+    bad_met = bad_total = errors = 0
+    for cid, weight in sorted(weights.items()):
+        scores, truth, correct, decided = [], [], 0, 0
+        for item in items:
+            got = verdicts[item["id"]].get(cid)
+            if got is None:
+                continue
+            status, p = got
+            label = labels[item["id"]][cid]
+            if status == "error":
+                errors += 1
+                continue
+            if p is not None:
+                scores.append(p)
+                truth.append(label)
+            if status in ("met", "unmet"):
+                decided += 1
+                correct += (status == "met") == label
+            item_labels = labels[item["id"]]
+            if weight > 0 and (not item_labels["coherent"] or item_labels["deflects"]):
+                bad_total += 1
+                bad_met += status == "met"
+        per[cid] = {"weight": weight, "n": len(truth), "positives": sum(truth), "auc": auc(scores, truth),
+                    "accuracy": correct / decided if decided else None}
+    aucs = [c["auc"] for c in per.values() if c["auc"] is not None]
+    return {"judge": spec, "seconds": round(seconds, 1), "errors": errors, "criteria": per,
+            "mean_auc": sum(aucs) / len(aucs) if aucs else None,
+            "positive_met_on_bad": bad_met / bad_total if bad_total else None, "bad_pairs": bad_total}
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--judge", action="append", help=f"judge spec (repeatable; default {DEFAULT_JUDGES})")
+    parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    args = parser.parse_args()
+    items, labels = load_gold()
+    rows = [labels[i["id"]] for i in items]
+    print(f"gold set: {len(items)} items ({sum(i['rubric'] == 'crisis_safety' for i in items)} crisis); "
+          f"coherent {sum(r['coherent'] for r in rows)}, deflecting {sum(r['deflects'] for r in rows)}")
+    agreement = reread_agreement(labels)
+    if agreement:
+        print(f"re-read: {agreement['items']} items, {agreement['labels']} labels, agreement "
+              f"{agreement['agreement']:.3f}, Cohen's kappa {fmt(agreement['kappa'], 3)}")
+    results = []
+    for spec in args.judge or DEFAULT_JUDGES:
+        r = measure(spec, items, labels)
+        results.append(r)
+        print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)}; positive criteria met on "
+              f"{fmt(100 * r['positive_met_on_bad'] if r['positive_met_on_bad'] is not None else None, 1)}% of "
+              f"{r['bad_pairs']} (incoherent or deflecting reply, positive criterion) pairs; {r['errors']} errors; "
+              f"{r['seconds']} s")
+        print(f"  {'criterion':28} {'w':>3} {'n':>4} {'pos':>4} {'AUC':>5} {'acc':>5}")
+        for cid, c in r["criteria"].items():
+            print(f"  {cid:28} {c['weight']:>3g} {c['n']:>4} {c['positives']:>4} {fmt(c['auc']):>5} "
+                  f"{fmt(c['accuracy']):>5}")
+    if args.json:
+        args.json.write_text(json.dumps({"reread": agreement, "judges": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
