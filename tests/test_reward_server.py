@@ -10,12 +10,13 @@ import threading
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rubricrl.cli import app as cli_app
 from rubricrl.integrations.openrlhf import conversation_from_prompt, split_query, strip_end_tokens
-from rubricrl.integrations.reward_server import RedactToken, create_app
+from rubricrl.integrations.reward_server import RedactToken, create_app, uvicorn_config
 from rubricrl.integrations.server_settings import ServerSettings, is_loopback, settings_from_options
 from rubricrl.judges import CachedJudge, RoutedJudge, VerdictCache, make_judge
 from rubricrl.judges.base import JudgeStats
@@ -436,6 +437,207 @@ def test_openapi_spec_documents_the_contract(client):
     assert request["required"] == ["query", "prompts"]
 
 
+# -- NaN and infinity in request bodies ------------------------------------------------------------
+# Python's JSON parser reads NaN, Infinity, -Infinity (and 1e999 as infinity); FastAPI's validation
+# error handler could not serialise them back (500). OpenRLHF sends NaN for a missing float label.
+
+def raw_post(client, path: str, text: str):
+    return client.post(path, content=text, headers={"content-type": "application/json"})
+
+
+def test_nan_label_means_no_label():
+    client = TestClient(make_app(), raise_server_exceptions=False)
+    body, expected = payload(3)
+    as_list = json.dumps({**body, "labels": ["X", "", "X"]}).replace('"X"', "NaN")
+    r = raw_post(client, "/", as_list)
+    assert r.status_code == 200, r.text
+    assert r.json()["rewards"] == pytest.approx(expected)  # the server's rubric, as for an empty label
+    whole = json.dumps({**body, "labels": "X"}).replace('"X"', "NaN")
+    assert raw_post(client, "/get_reward", whole).json()["rewards"] == pytest.approx(expected)
+    ignored = json.dumps({**body, "future_field": "X"}).replace('"X"', "Infinity")  # unknown fields are ignored
+    assert raw_post(client, "/", ignored).status_code == 200
+
+
+WEIGHT = '{"criteria": [{"id": "a", "text": "A.", "weight": %s}]}'
+NON_FINITE = [  # (path, body, the loc of the non-finite number)
+    ("/", '{"query": [NaN], "prompts": ["a"]}', ["body", "query", 0]),
+    ("/", '{"query": ["a"], "prompts": ["a"], "labels": [Infinity]}', ["body", "labels", 0]),
+    ("/", '{"query": ["a"], "prompts": ["a"], "labels": [%s]}' % (WEIGHT % "-Infinity"),
+     ["body", "labels", 0, "criteria", 0, "weight"]),
+    ("/get_reward", '{"query": ["a"], "prompts": ["a"], "labels": [{"rubric": %s}]}' % (WEIGHT % "NaN"),
+     ["body", "labels", 0, "rubric", "criteria", 0, "weight"]),
+    ("/get_reward", "NaN", ["body"]),
+    ("/v1/score", '{"rows": [{"prompt": "x", "response": "y", "rubric": %s}]}' % (WEIGHT % "NaN"),
+     ["body", "rows", 0, "rubric", "criteria", 0, "weight"]),
+    ("/v1/score", '{"rows": [{"prompt": "x", "response": "y", "rubric": [{"criterion": "c", "points": 1e999}]}]}',
+     ["body", "rows", 0, "rubric", 0, "points"]),
+    ("/v1/score", '{"rows": [], "verdicts": -Infinity}', ["body", "verdicts"]),
+    ("/v1/score", '{"rows": NaN}', ["body", "rows"]),
+]
+
+
+@pytest.mark.parametrize("path, text, loc", NON_FINITE)
+def test_non_finite_numbers_anywhere_get_422_never_500(path, text, loc):
+    client = TestClient(make_app(), raise_server_exceptions=False)
+    r = raw_post(client, path, text)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert [d["loc"] for d in detail] == [loc]
+    assert "not a finite number" in detail[0]["msg"] and detail[0]["fix"]
+
+
+def test_validation_errors_are_always_json():
+    from fastapi.exceptions import RequestValidationError
+
+    app = make_app()
+
+    @app.post("/raises")
+    async def raises():
+        raise RequestValidationError([{"type": "x", "loc": ("body", "w"), "msg": "bad", "input": float("nan"),
+                                       "ctx": {"limit": float("inf"), "raw": b"\xff", "obj": object()}}])
+
+    r = TestClient(app, raise_server_exceptions=False).post("/raises")
+    assert r.status_code == 422
+    item = r.json()["detail"][0]
+    assert item["loc"] == ["body", "w"] and item["input"] == "NaN" and item["ctx"]["limit"] == "Infinity"
+
+
+def test_rubric_with_weights_that_overflow_in_a_label_is_422():
+    client = TestClient(make_app(), raise_server_exceptions=False)
+    p = qwen_prompt("x")
+    label = {"criteria": [{"id": "a", "text": "A.", "weight": 1e308}, {"id": "b", "text": "B.", "weight": 1e308}]}
+    r = client.post("/", json={"query": [p + "hi"], "prompts": [p], "labels": [label]})
+    assert r.status_code == 422
+    assert "labels[0]: criteria[1].weight: the positive weights add up" in r.json()["detail"][0]["msg"]
+    rows = {"rows": [{"prompt": "x", "response": "y", "rubric": [{"criterion": "c", "points": 1e308},
+                                                                 {"criterion": "d", "points": 1e308}]}]}
+    r = client.post("/v1/score", json=rows)
+    assert r.status_code == 422 and "rubrics[1].points: the positive weights" in r.json()["detail"][0]["msg"]
+
+
+def test_reward_is_never_nan_even_for_a_rubric_that_skipped_validation():
+    from rubricrl.integrations.row_rewards import row_reward
+    from rubricrl.rubric import Criterion, Rubric
+
+    rubric = Rubric.model_construct(criteria=(Criterion(id="a", text="A", weight=1e308),
+                                              Criterion(id="b", text="B", weight=1e308)), hard_rule_gate=0.0)
+    verdicts = [Verdict(criterion_id=c, status=Status.MET, judge_id="t") for c in "ab"]
+    r = row_reward(rubric, verdicts)
+    assert r.reward == 0.0 and r.status == "unscored" and "not a finite number" in r.problem
+
+
+def test_rubric_values_with_non_finite_weights_name_the_field():
+    # verl reads labels from parquet: the numbers arrive as Python floats, NaN and inf included
+    from rubricrl.integrations.openrlhf import parse_request
+    from rubricrl.integrations.rubric_values import RubricValueError, rubric_value
+
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(RubricValueError, match=r"ground_truth: criteria\[0\]\.weight: weight must be a finite"):
+            rubric_value({"criteria": [{"id": "a", "text": "A.", "weight": bad}]}, "row 3 ground_truth")
+    with pytest.raises(RubricValueError, match=r"rubric\[1\]\.weight: the positive weights add up"):
+        rubric_value([{"title": "t", "description": "d", "weight": 1e308},
+                      {"title": "u", "description": "e", "weight": 1e308}], "row 3 ground_truth")
+    p = qwen_prompt("x")
+    rows = parse_request([p + "hi", p + "hi"], [p, p], [float("nan"), ""], RUBRIC)  # a NaN label: no label
+    assert [r.rubric for r in rows] == [RUBRIC, RUBRIC]
+
+
+def plant(draw, data, value):
+    """`data` with `value` put at a random place: in place of a leaf, a container or the body."""
+    if isinstance(data, (dict, list)) and data and draw(st.booleans()):
+        data = dict(data) if isinstance(data, dict) else list(data)
+        key = draw(st.sampled_from(sorted(data) if isinstance(data, dict) else range(len(data))))
+        data[key] = plant(draw, data[key], value)
+        return data
+    return value
+
+
+def strict_json(text: str):
+    def refuse(literal):
+        raise AssertionError(f"{literal} in a response")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+BODIES = {"/": payload(2, labels=[OTHER, ""])[0], "/get_reward": payload(2, labels=["", {"rubric": OTHER}])[0],
+          "/v1/score": {"rows": [{"prompt": [{"role": "user", "content": "hi"}], "response": "hello",
+                                  "rubric": OTHER}], "verdicts": True}}
+NASTY = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e999", "[NaN]", '{"w": -Infinity}'])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(path=st.sampled_from(sorted(BODIES)), literal=NASTY, data=st.data())
+def test_property_a_non_finite_number_anywhere_never_gets_a_server_error(path, literal, data):
+    marker = "__NON_FINITE__"
+    body = plant(data.draw, BODIES[path], marker)
+    text = json.dumps(body).replace(json.dumps(marker), literal)
+    assert literal in text
+    r = raw_post(_NAN_CLIENT, path, text)
+    assert r.status_code in (200, 422), r.text
+    strict_json(r.text)
+
+
+_NAN_CLIENT = TestClient(make_app(), raise_server_exceptions=False)
+
+
+# -- rejected requests are logged --------------------------------------------------------------------
+
+def test_rejected_requests_are_logged_with_status_path_and_detail(caplog):
+    import logging
+
+    client = TestClient(make_app(token=TOKEN, max_body=2048), raise_server_exceptions=False)
+    body, _ = payload(1)
+    bad = {**body, "query": ["x" + body["query"][0]]}
+    many_bad = {"query": ["x"] * 60, "prompts": ["y"] * 60}
+    with caplog.at_level(logging.WARNING, logger="rubricrl.serve"):
+        assert client.post(f"/get_reward?token={TOKEN}", json=bad).status_code == 422
+        assert client.post("/", json=body).status_code == 401
+        assert client.post(f"/?token={TOKEN}", json=payload(40)[0]).status_code == 413
+        assert raw_post(client, f"/v1/score?token={TOKEN}", '{"rows": NaN}').status_code == 422
+        assert client.post(f"/?token={TOKEN}", json=many_bad).status_code == 422
+    lines = [r.getMessage() for r in caplog.records if r.name == "rubricrl.serve" and r.levelno == logging.WARNING]
+    assert len(lines) == 5
+    assert "422" in lines[0] and "POST /get_reward" in lines[0] and "does not start with prompts[0]" in lines[0]
+    assert "401" in lines[1] and "bearer token" in lines[1]
+    assert "413" in lines[2] and "--max-body" in lines[2]
+    assert "422" in lines[3] and "/v1/score" in lines[3] and "not a finite number" in lines[3]
+    assert len(lines[4]) < 1200 and lines[4].endswith("...")  # 60 row problems, truncated
+    assert all(TOKEN not in line for line in lines)
+
+
+# -- read timeout ------------------------------------------------------------------------------------
+
+def read_until_closed(sock) -> bytes:
+    """Everything the server sends until it closes the connection; socket.timeout (the test's
+    generous bound) when it never does."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.slow
+def test_a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes():
+    import socket
+
+    with LiveServer(make_app(read_timeout=0.5)) as live:
+        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+            sock.sendall(b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n" + b'{"query": ')  # 10 of 1000 bytes, then nothing
+            answer = read_until_closed(sock)
+        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")  # headers never finished
+            partial_headers = read_until_closed(sock)
+        with socket.create_connection(("127.0.0.1", live.port), timeout=60) as sock:
+            silent = read_until_closed(sock)  # connects and sends nothing
+        assert httpx.post(f"http://127.0.0.1:{live.port}/", json=payload(1)[0]).status_code == 200  # still serving
+    head, _, detail = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
+    assert b"read timeout" in detail
+    assert partial_headers.startswith(b"HTTP/1.1 408 ")
+    assert silent == b""
+
+
 # -- fuzzing and load ------------------------------------------------------------------------------
 
 def _fuzz_schema():
@@ -467,7 +669,7 @@ class LiveServer:
         import uvicorn
 
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(uvicorn_config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

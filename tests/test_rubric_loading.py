@@ -761,3 +761,79 @@ def test_property_read_rows_one_result_per_non_blank_line(lines):
     assert all(isinstance(r, (ScoringRow, InvalidRow)) for r in rows)
     ids = [r.id for r in rows if isinstance(r, ScoringRow)]
     assert len(ids) == len(set(ids))  # valid rows have unique ids
+
+
+# --------------------------------------------------------------------------- non-finite weights and sums
+# A weight is a finite number, and so is every sum the score formula computes from the weights: the
+# positive total (the divisor), the negative total, and negative points over the smallest divisor.
+
+BIG = "1.0e+308"  # YAML 1.1 reads `1e308` (no dot) as a string
+
+
+def test_two_huge_weights_overflow_the_positive_total(tmp_path):
+    text = f"criteria:\n  - id: a\n    text: x\n    weight: {BIG}\n  - id: b\n    text: y\n    weight: {BIG}\n"
+    err, path = load_error(tmp_path, text)
+    assert len(err.problems) == 1
+    problem = err.problems[0]
+    assert (problem.source, problem.line, problem.field) == (str(path), 7, "criteria[1].weight")
+    assert "positive weights add up to more than" in problem.message and problem.fix
+    assert f"{path}:7: criteria[1].weight: the positive weights" in str(err)
+
+
+def test_huge_negative_weights_overflow_the_negative_total(tmp_path):
+    text = (f"criteria:\n  - id: a\n    text: x\n  - id: b\n    text: y\n    weight: -{BIG}\n"
+            f"  - id: c\n    text: z\n    weight: -{BIG}\n")
+    err, path = load_error(tmp_path, text)
+    assert [(p.line, p.field) for p in err.problems] == [(9, "criteria[2].weight")]
+    assert "negative weights add up to less than" in err.problems[0].message
+
+
+def test_one_huge_negative_weight_overflows_the_score(tmp_path):
+    # -1e308 points over a positive total of 0.5 is -2e308: not a finite score
+    err, path = load_error(tmp_path, f"criteria:\n  - id: a\n    text: x\n    weight: 0.5\n"
+                                     f"  - id: b\n    text: y\n    weight: -{BIG}\n")
+    assert [(p.line, p.field) for p in err.problems] == [(7, "criteria[1].weight")]
+    assert "too large next to the smallest positive weight" in err.problems[0].message
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_non_finite_weight_in_a_json_file_names_its_field(tmp_path, value):
+    data = {"criteria": [{"id": "a", "text": "x"}, {"id": "b", "text": "y", "weight": value}]}
+    err, path = load_error(tmp_path, json.dumps(data, indent=1), "r.json")  # Infinity / NaN literals
+    assert [p.field for p in err.problems] == ["criteria[1].weight"]
+    assert "finite" in err.problems[0].message and err.problems[0].line is not None
+
+
+@pytest.mark.parametrize("weights", [[1e308, 1e308], [1.0, -1e308, -1e308], [1e-300, -1e10]])
+def test_rubric_model_refuses_weights_whose_sums_overflow(weights):
+    with pytest.raises(ValidationError, match="finite|too large"):
+        Rubric(criteria=tuple(Criterion(id=f"c{i}", text="x", weight=w) for i, w in enumerate(weights)))
+
+
+def test_large_but_safe_weights_are_accepted():
+    r = rubric_from_data({"criteria": [{"id": "a", "text": "x", "weight": 8e307},
+                                       {"id": "b", "text": "y", "weight": 8e307},
+                                       {"id": "c", "text": "z", "weight": -1e307}]}, "x")
+    assert math.isfinite(r.positive_weight)
+
+
+def test_healthbench_points_that_overflow_name_the_points_field():
+    items = [{"criterion": "x", "points": 1e308}, {"criterion": "y", "points": 1e308}]
+    with pytest.raises(RubricError) as info:
+        rubric_from_row({"rubrics": items}, "hb.jsonl", 3)
+    assert str(info.value).startswith("hb.jsonl:3: rubrics[1].points: the positive weights add up")
+
+
+def test_rubrics_as_rewards_weight_that_overflows_names_the_weight_field():
+    items = [{"title": "t", "description": "d", "weight": 1e308}, {"title": "u", "description": "e", "weight": 1e308}]
+    with pytest.raises(RubricError) as info:
+        rubric_from_row({"rubric": items}, "rar.jsonl", 2)
+    assert str(info.value).startswith("rar.jsonl:2: rubric[1].weight: the positive weights add up")
+
+
+def test_rubric_in_a_row_json_string_with_infinity_is_refused():
+    row = {"rubric": '{"criteria": [{"id": "a", "text": "x", "weight": Infinity}]}'}
+    with pytest.raises(RubricError) as info:
+        rubric_from_row(row, "rows.jsonl", 4)
+    assert str(info.value).startswith("rows.jsonl:4: criteria[0].weight:")
+    assert "finite" in str(info.value)

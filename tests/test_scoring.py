@@ -351,3 +351,67 @@ def test_error_and_skipped_verdict_helpers():
     assert e.status is Status.ERROR and not e.decided and e.reason == "boom"
     assert k.status is Status.SKIPPED and not k.decided
     assert v("c3", "met").decided and v("c3", "unmet").decided
+
+
+# --------------------------------------------------------------------------- non-finite numbers never come out
+
+import math  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from rubricrl.loading import RubricError, rubric_from_data  # noqa: E402
+from rubricrl.scoring import NonFiniteScore  # noqa: E402
+
+
+def test_points_score_refuses_to_return_a_non_finite_score():
+    # criteria that never went through Rubric validation: 1e308 + 1e308 overflows, inf / inf is NaN
+    huge = [crit("a", 1e308), crit("b", 1e308)]
+    with pytest.raises(NonFiniteScore, match="not a finite number"):
+        points_score(huge, verdicts(a="met", b="met"))
+    with pytest.raises(NonFiniteScore):
+        score_row(Rubric.model_construct(criteria=tuple(huge), hard_rule_gate=0.0), verdicts(a="met", b="met"))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_bootstrap_and_clipped_mean_refuse_non_finite_scores(bad):
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap([0.5, bad])
+    with pytest.raises(ValueError, match="finite"):
+        clipped_mean([0.5, bad])
+
+
+def test_bootstrap_of_huge_finite_scores_stays_finite():
+    # the sum overflows (-1.5e308 * 2) but the mean does not
+    est = bootstrap([-1.5e308, -1.5e308, 1.0], resamples=50, seed=0, clip=False)
+    assert all(math.isfinite(x) for x in (est.mean, est.std, est.ci_low, est.ci_high))
+    assert est.mean == pytest.approx(-1e308)
+    assert clipped_mean([-1.5e308, -1.5e308]) == 0.0
+
+
+WEIGHTS = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from([1e308, -1e308, 1.7e308, -1.7e308, 5e-324, -5e-324, 1e-300, 0.0, 1.0, -2.0]))
+STATUSES = st.sampled_from(["met", "unmet", "error", "skipped", None])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(WEIGHTS, STATUSES, st.one_of(st.none(), st.floats(0.0, 1.0)),
+                          st.lists(st.sampled_from(["x", "y"]), max_size=2, unique=True)), min_size=1, max_size=6))
+def test_property_an_accepted_rubric_always_gives_finite_scores(items):
+    data = {"criteria": [{"id": f"c{i}", "text": "t", "weight": w, "tags": tags}
+                         for i, (w, _, _, tags) in enumerate(items)]}
+    try:
+        rubric = rubric_from_data(data, "fuzz")
+    except RubricError:
+        return
+    given_verdicts = [Verdict(criterion_id=f"c{i}", status=Status(s), judge_id="t", p_met=p)
+                      for i, (_, s, p, _) in enumerate(items) if s is not None]
+    any_negative = any(c.weight < 0 for c in rubric.criteria)
+    for soft in (False, True):
+        row = score_row(rubric, given_verdicts, soft=soft)
+        for value in (row.score, row.raw_score, *row.tag_scores.values()):
+            if value is None:
+                continue
+            assert math.isfinite(value) and value <= 1.0
+            assert any_negative or value >= 0.0  # without pitfalls a score lies in [0, 1]
+        assert 0.0 <= row.coverage <= 1.0

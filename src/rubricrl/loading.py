@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from .jsonl import read_text
-from .rubric import Criterion, Rubric
+from .rubric import Criterion, Rubric, weight_sum_problems
 
 _FIXES = {
     "missing": "add this field",
@@ -140,7 +140,8 @@ def rubric_from_data(data: Any, source: str, line: int | None = None, line_of=No
 
 
 def _whole_rubric_errors(items: list) -> list[dict]:
-    """Rubric-level problems (duplicate ids, no positive weight), located at the criteria concerned."""
+    """Rubric-level problems (duplicate ids, no positive weight, weight sums that are not finite),
+    located at the criteria concerned."""
     errors: list[dict] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
@@ -151,12 +152,16 @@ def _whole_rubric_errors(items: list) -> list[dict]:
                            "ctx": {"fix": "give every criterion a unique id"}})
         elif isinstance(cid, str):
             seen[cid] = i
+    weights_by_index = [i.get("weight", 1.0) if isinstance(i, dict) else None for i in items]
     weights = [i.get("weight", 1.0) for i in items if isinstance(i, dict)]
     numeric = [w for w in weights if isinstance(w, (int, float)) and not isinstance(w, bool)]
     if weights and len(numeric) == len(weights) and not any(w > 0 for w in numeric):
         errors.append({"loc": ("criteria",), "type": "value_error",
                        "msg": "the rubric has no criterion with a positive weight, so no score can be computed",
                        "ctx": {"fix": "give at least one criterion a weight > 0"}})
+    for index, message, fix in weight_sum_problems(weights_by_index):  # sums that would make a score non-finite
+        errors.append({"loc": ("criteria", index, "weight"), "type": "value_error", "msg": message,
+                       "ctx": {"fix": fix}})
     return errors
 
 

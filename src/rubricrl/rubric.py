@@ -10,6 +10,8 @@ import hashlib
 import json
 import math
 import re
+import sys
+from collections.abc import Sequence
 from typing import Annotated, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo,
@@ -158,6 +160,10 @@ class Rubric(BaseModel):
         if not any(c.weight > 0 for c in self.criteria):
             raise ValueError("the rubric has no criterion with a positive weight, so no score can be "
                              "computed; give at least one criterion a weight > 0")
+        problems = weight_sum_problems([c.weight for c in self.criteria])
+        if problems:
+            raise ValueError("; ".join(f"criteria[{i}].weight: {message}" for i, message, _ in problems) +
+                             f" (fix: {WEIGHT_FIX})")
         return self
 
     @property
@@ -175,6 +181,58 @@ class Rubric(BaseModel):
             if c.id == criterion_id:
                 return c
         raise KeyError(criterion_id)
+
+
+WEIGHT_FIX = "use smaller weights of similar size (only their ratios matter), e.g. 1 to 10 and -1 to -10"
+
+
+def weight_sum_problems(weights: Sequence[float]) -> list[tuple[int, str, str]]:
+    """(index, message, fix) for weights whose sums would make a score non-finite (weights that are
+    not finite numbers themselves are left to the criterion's own validation, and skipped here).
+
+    The score (scoring.points_score) adds the weights of met criteria in rubric order and divides
+    by the positive weights of decided criteria. Floating-point addition is monotonic, so every
+    such partial sum lies between the negative total and the positive total summed in the same
+    order, and every divisor is at least the smallest positive weight. So when both totals and
+    (negative total / smallest positive weight) are finite, every score, tag score and soft score
+    is finite too: those are the three checks, each located at the weight that breaks it."""
+    problems = []
+    positive = negative = 0.0
+    smallest: float | None = None  # the smallest positive weight
+    last_negative = -1
+    overflowed_positive = overflowed_negative = False
+    for index, weight in enumerate(weights):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            continue
+        try:
+            weight = float(weight)
+        except OverflowError:  # an integer too large for a float: the criterion reports it
+            continue
+        if weight > 0 and math.isfinite(weight):
+            positive += weight
+            smallest = min(smallest, weight) if smallest else weight
+            if positive == math.inf and not overflowed_positive:
+                overflowed_positive = True
+                problems.append((index, f"the positive weights add up to more than {_MAX:.4g} here, so the "
+                                        "score's divisor is not a finite number", WEIGHT_FIX))
+        elif weight < 0 and math.isfinite(weight):
+            negative += weight
+            last_negative = index
+            if negative == -math.inf and not overflowed_negative:
+                overflowed_negative = True
+                problems.append((index, f"the negative weights add up to less than {-_MAX:.4g} here, so a "
+                                        "score is not a finite number", WEIGHT_FIX))
+    if problems or not smallest or negative == 0:
+        return problems
+    if not math.isfinite(negative / smallest):
+        problems.append((last_negative, f"the negative weights (total {negative:.4g}) are too large next to the "
+                                        f"smallest positive weight ({smallest:.4g}): a score "
+                                        f"could be {negative:.4g} / {smallest:.4g}, which is not a finite number",
+                         WEIGHT_FIX))
+    return problems
+
+
+_MAX = sys.float_info.max
 
 
 def _sha256(payload: object) -> str:

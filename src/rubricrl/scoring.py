@@ -4,17 +4,26 @@ Row score (HealthBench points, also the Rubrics-as-Rewards explicit weighted mea
 weights are positive): sum of weights of met criteria, negative weights included, divided by
 the sum of positive weights. Unclipped per row; the run score is the mean clipped to [0, 1].
 Criteria whose verdict is `error` or `skipped` are left out of both sums and counted.
+
+Every number that comes out is finite: a rubric whose weight sums could overflow is refused when
+it is built (rubric.weight_sum_problems), and a non-finite result here is an error
+(NonFiniteScore), never a NaN or infinity in an output file or a reward.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .rubric import Criterion, Rubric
 from .verdict import Status, Verdict
+
+
+class NonFiniteScore(ValueError):
+    """A score that is not a finite number: the rubric's weights bypassed validation."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,14 @@ def points_score(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict],
             achieved += c.weight * v.p_met
         elif v.status is Status.MET:
             achieved += c.weight
-    return achieved / possible if possible > 0 else None
+    if not possible > 0:
+        return None
+    score = achieved / possible
+    if not math.isfinite(score):
+        raise NonFiniteScore(f"the points score {achieved!r} / {possible!r} is not a finite number; the weights "
+                             f"({', '.join(f'{c.id}: {c.weight!r}' for c in criteria)}) are too large to add up "
+                             "(load the rubric through rubricrl.loading, which refuses them)")
+    return score
 
 
 def failed_hard_rules(criteria: Sequence[Criterion], verdicts: Mapping[str, Verdict]) -> list[str]:
@@ -109,20 +125,41 @@ class Estimate:
 
 def clipped_mean(scores: Sequence[float]) -> float:
     """HealthBench run score: mean of unclipped row scores, clipped to [0, 1]."""
-    return float(np.clip(np.mean(scores), 0.0, 1.0))
+    return float(np.clip(_scaled(np.mean, _finite(scores)), 0.0, 1.0))
+
+
+def _finite(scores: Sequence[float]) -> np.ndarray:
+    values = np.asarray(scores, dtype=float)
+    if values.size == 0:
+        raise ValueError("no scored rows to aggregate")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"scores must be finite numbers, got {values[~np.isfinite(values)][:3].tolist()}")
+    return values
+
+
+def _scaled(statistic: Callable[..., np.ndarray], values: np.ndarray, **kwargs) -> np.ndarray:
+    """`statistic(values)` for a scale-equivariant statistic (mean, std, percentile), computed on
+    `values` scaled into [-1, 1] when the plain computation overflows (sums of scores near 1e308)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = statistic(values, **kwargs)
+    if np.all(np.isfinite(out)):
+        return out
+    scale = float(np.max(np.abs(values)))
+    return statistic(values / scale, **kwargs) * scale
 
 
 def bootstrap(scores: Sequence[float], *, resamples: int = 1000, seed: int = 0, clip: bool = True,
               confidence: float = 0.95) -> Estimate:
     """Bootstrap over rows (seeded). With `clip`, each resample's mean is clipped to [0, 1]."""
-    values = np.asarray([s for s in scores if s is not None], dtype=float)
-    if values.size == 0:
-        raise ValueError("no scored rows to aggregate")
+    values = _finite([s for s in scores if s is not None])
     rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
-    point = values.mean()
+    means = _scaled(np.mean, values[rng.integers(0, values.size, size=(resamples, values.size))], axis=1)
+    point = _scaled(np.mean, values)
     if clip:
         means, point = np.clip(means, 0.0, 1.0), float(np.clip(point, 0.0, 1.0))
     tail = (1.0 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return Estimate(float(point), float(means.std()), float(low), float(high), int(values.size))
+    low, high = _scaled(np.percentile, means, q=[tail, 100 - tail])
+    estimate = Estimate(float(point), float(_scaled(np.std, means)), float(low), float(high), int(values.size))
+    if not all(math.isfinite(x) for x in (estimate.mean, estimate.std, estimate.ci_low, estimate.ci_high)):
+        raise NonFiniteScore(f"the bootstrap estimate {estimate} is not finite")  # pragma: no cover - defence
+    return estimate

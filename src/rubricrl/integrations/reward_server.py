@@ -5,8 +5,11 @@ Routes: OpenRLHF's remote reward API at `POST /` and `POST /get_reward`; the nat
 `/openapi.json`. Rules (docs/scaling.md): a bearer token (header, or `?token=` for clients that
 cannot set headers) guards every route but /health and the spec; bodies over `max_body` get 413;
 `concurrency` requests are judged at once and `queue` more wait, beyond that 503 + Retry-After;
-a request not answered within `timeout` seconds (queueing included) gets 504; unusable rows get
-422 naming every bad row and field; judge errors follow the error policy (row_rewards.py).
+a request not answered within `timeout` seconds (queueing included) gets 504; a request whose
+headers or body do not arrive within the read timeout gets 408 and its connection closed; unusable
+rows get 422 naming every bad row and field, as does a NaN or infinity anywhere in a body (except a
+NaN label: no label); judge errors follow the error policy (row_rewards.py). Every refusal is
+logged at WARNING with its reason.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import secrets
 from collections.abc import Sequence
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import APIKeyQuery, HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,10 +33,10 @@ from ..verdict import Status
 from .openrlhf import RequestProblems, RowProblem, parse_request
 from .row_rewards import LOG_KEYS, RowInput, RowReward, failures, judge_rows, row_reward
 from .rubric_values import RubricValueError, bundled_names, rubric_value
-from .server_api import (ErrorMessage, Health, OpenRLHFRequest, OpenRLHFResponse, RowErrors, RowResult,
-                         ScoreRequest, ScoreResponse)
-from .server_limits import Admission, BodyLimit, QueueFull, RequestTimeout
-from .server_metrics import RequestMetrics, ServerMetrics
+from .server_api import (ErrorMessage, FiniteJSONRoute, Health, NonFiniteNumbers, OpenRLHFRequest, OpenRLHFResponse,
+                         RowErrors, RowResult, ScoreRequest, ScoreResponse, json_safe)
+from .server_limits import Admission, BodyLimit, QueueFull, ReadDeadline, RequestTimeout, read_timeout_protocol
+from .server_metrics import RejectionLog, RequestMetrics, ServerMetrics
 from .server_settings import ServerSettings
 
 log = logging.getLogger("rubricrl.serve")
@@ -53,6 +57,7 @@ def _errors(description: str, model=ErrorMessage) -> dict:
 ERROR_RESPONSES = {
     400: _errors("the body could not be read (e.g. not UTF-8)"),
     401: _errors("missing or wrong bearer token"),
+    408: _errors("the request's headers or body did not arrive within the server's read timeout"),
     413: _errors("request body larger than the server's --max-body"),
     422: _errors("invalid request: schema errors, or rows that cannot be judged (each with loc "
                  "[body, field, row], msg and fix)", RowErrors),
@@ -74,8 +79,12 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     metrics.queued.set_function(lambda: admission.waiting)
     app = FastAPI(title="rubricrl reward server", version=__version__, description=__doc__.split("\n\n", 1)[1])
     app.state.settings, app.state.judge, app.state.metrics, app.state.admission = settings, judge, metrics, admission
+    app.router.route_class = FiniteJSONRoute  # bodies are read without NaN or infinity (server_api.py)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body,
                        on_reject=lambda: metrics.rejected.labels("body_too_large").inc())
+    app.add_middleware(ReadDeadline, seconds=settings.read_seconds,
+                       on_timeout=lambda: metrics.rejected.labels("read_timeout").inc())
+    app.add_middleware(RejectionLog, log=log)
     app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: counts 413s too
     authorized = _token_check(settings, metrics)
     _error_handlers(app, metrics)
@@ -218,6 +227,16 @@ def _token_check(settings: ServerSettings, metrics: ServerMetrics):
 
 
 def _error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.rejected.labels("invalid_request").inc()  # the errors echo the input: made JSON-safe
+        return JSONResponse({"detail": json_safe(exc.errors())}, status_code=422)
+
+    @app.exception_handler(NonFiniteNumbers)
+    async def non_finite(request: Request, exc: NonFiniteNumbers) -> JSONResponse:
+        metrics.rejected.labels("invalid_request").inc()
+        return JSONResponse({"detail": exc.detail}, status_code=422)
+
     @app.exception_handler(RequestProblems)
     async def invalid_rows(request: Request, exc: RequestProblems) -> JSONResponse:
         metrics.rejected.labels("invalid_rows").inc()
@@ -269,7 +288,18 @@ def serve(settings: ServerSettings, judge: Judge | None = None) -> None:
         app = create_app(settings, judge)
     except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
         raise ValueError(f"--judge {settings.judge}: {exc}") from None
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info")
+    config = uvicorn_config(app, log_level="info")
     logging.getLogger("uvicorn.access").addFilter(RedactToken())
     logging.getLogger("rubricrl").setLevel(logging.INFO)
     uvicorn.Server(config).run()
+
+
+def uvicorn_config(app: FastAPI, **overrides):
+    """uvicorn's config for the app: its settings' host and port, and the h11 protocol that also
+    times out request headers (server_limits.read_timeout_protocol; the body is ReadDeadline's)."""
+    import uvicorn
+
+    settings: ServerSettings = app.state.settings
+    options = {"host": settings.host, "port": settings.port,
+               "http": read_timeout_protocol(settings.read_seconds, log), **overrides}
+    return uvicorn.Config(app, **options)

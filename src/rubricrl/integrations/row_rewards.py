@@ -15,7 +15,7 @@ from typing import Literal
 from ..conversation import Conversation
 from ..judges.base import Judge, JudgeRequest
 from ..rubric import Rubric
-from ..scoring import RowScore, score_row
+from ..scoring import NonFiniteScore, RowScore, score_row
 from ..verdict import Status, Verdict
 
 ErrorPolicy = Literal["zero", "raise"]
@@ -56,8 +56,13 @@ class RowReward:
 
 def row_reward(rubric: Rubric, verdicts: Sequence[Verdict], *, soft: bool = True) -> RowReward:
     """The reward for one row. `soft` scores model verdicts by p_met (as RubricReward does)."""
-    s = score_row(rubric, verdicts, soft=soft)
-    points = score_row(rubric, verdicts).score if soft else s.score
+    try:
+        s = score_row(rubric, verdicts, soft=soft)
+        points = score_row(rubric, verdicts).score if soft else s.score
+    except NonFiniteScore as exc:  # only a rubric built without validation gets here: never a NaN reward
+        empty = RowScore(None, None, False, 0.0, sum(v.status is Status.ERROR for v in verdicts),
+                         sum(v.status is Status.SKIPPED for v in verdicts))
+        return RowReward(0.0, "unscored", empty, None, tuple(verdicts), str(exc)[:300])
     errors = [v for v in verdicts if v.status is Status.ERROR]
     if errors:
         reasons = "; ".join(sorted({v.reason for v in errors}))[:300]

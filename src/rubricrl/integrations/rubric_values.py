@@ -9,6 +9,7 @@ and must not make the process read files.
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 from typing import Any
@@ -36,7 +37,9 @@ def plain(value: Any) -> Any:
 
 
 def is_blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
+    """None, a blank string, or NaN (what pandas and OpenRLHF put in a missing cell or label)."""
+    return value is None or (isinstance(value, str) and not value.strip()) or \
+        (isinstance(value, float) and math.isnan(value))
 
 
 def bundled_names() -> list[str]:
@@ -70,7 +73,11 @@ def rubric_value(value: Any, source: str) -> Rubric:
     if isinstance(value, (dict, list)):
         try:
             text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except ValueError as exc:
+            if "Out of range float" not in str(exc):
+                raise RubricValueError(f"{source}: not JSON-serialisable data ({exc}); use JSON values only") from None
+            return _checked(_read(value), source)  # NaN or infinity: read uncached, so the problem names its field
+        except TypeError as exc:
             raise RubricValueError(f"{source}: not JSON-serialisable data ({exc}); use JSON values only") from None
         return _from_json(text, source)
     raise RubricValueError(f"{source}: a rubric must be a JSON object, a list of criteria, a JSON string or a "
@@ -78,7 +85,10 @@ def rubric_value(value: Any, source: str) -> Rubric:
 
 
 def _from_json(text: str, source: str) -> Rubric:
-    parsed = _parse_json(text)
+    return _checked(_parse_json(text), source)
+
+
+def _checked(parsed: Rubric | str, source: str) -> Rubric:
     if isinstance(parsed, str):
         raise RubricValueError(f"{source}: {parsed}")
     return parsed
@@ -92,6 +102,10 @@ def _parse_json(text: str) -> Rubric | str:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
         return f"not valid JSON ({str(exc)[:120]}); store the rubric as a JSON object or list"
+    return _read(data)
+
+
+def _read(data: Any) -> Rubric | str:
     if isinstance(data, dict) and ("rubric" in data or "rubrics" in data) and "criteria" not in data:
         return ("holds a row (`rubric`/`rubrics` key), not a rubric; put the rubric itself here (a mapping "
                 "with `criteria` or a list of criteria)")

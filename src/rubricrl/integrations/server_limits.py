@@ -1,9 +1,12 @@
-"""Request limits of the reward server: a body-size cap (413) and bounded concurrency with a
-queue (503 with Retry-After when full). The per-request timeout covers queueing and judging (504)."""
+"""Request limits of the reward server: a body-size cap (413), a read timeout (408: the headers,
+then the body, each within `read_timeout` seconds) and bounded concurrency with a queue (503 with
+Retry-After when full). The per-request timeout covers queueing and judging (504)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import math
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -48,9 +51,116 @@ class BodyLimit:
         return f"request body larger than {self.max_bytes} bytes; send fewer rows per request or raise --max-body"
 
 
-async def _send_json(send: Send, status: int, detail: str) -> None:
-    import json
+class ReadDeadline:
+    """ASGI middleware: the request body must arrive within `seconds` of the headers. A receive
+    still waiting at the deadline raises HTTPException 408 (the app answers it, with
+    `Connection: close`), and any response that starts before the body was read in full closes
+    the connection after it, so a client that stops sending cannot hold a connection open.
+    (uvicorn has no such limit: `timeout_keep_alive` only covers idle connections between requests.)"""
 
+    def __init__(self, app: ASGIApp, seconds: float, on_timeout: Callable[[], None] = lambda: None):
+        self.app, self.seconds, self.on_timeout = app, seconds, on_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
+        complete = b"transfer-encoding" not in headers and (not length.isdigit() or int(length) == 0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.seconds
+
+        async def timed() -> Message:
+            nonlocal complete
+            if complete:  # the body is in: later receives wait for a disconnect, unbounded
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                self.on_timeout()
+                raise HTTPException(408, self.message(), headers={"Connection": "close"}) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            return message
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not complete:
+                names = {name.lower() for name, _ in message.get("headers", [])}
+                if b"connection" not in names:
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, timed, closing)
+
+    def message(self) -> str:
+        return (f"the request body did not arrive within {self.seconds:g} s of its headers; send the whole body "
+                "without pausing, or raise the server's read timeout")
+
+
+def read_timeout_protocol(seconds: float, log: logging.Logger | None = None) -> type:
+    """uvicorn's h11 protocol, plus: a connection must deliver a request's headers within `seconds`
+    of opening, or of the first byte of a later request; otherwise it is answered 408 (if it sent
+    part of the headers) and closed. The body is ReadDeadline's. Pass it as `uvicorn.Config(http=...)`.
+    (uvicorn never times out headers: its keep-alive timer stops at the first byte received.)"""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ReadTimeoutH11Protocol(H11Protocol):
+        read_seconds = seconds
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()  # a connection that never sends anything is closed too
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _watch(self) -> None:
+            """Armed while part of a request's headers is buffered; idle keep-alive connections are
+            uvicorn's (timeout_keep_alive), and the body is ReadDeadline's."""
+            if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+                self._disarm()
+            elif self.conn.trailing_data[0] and self._header_timer is None:
+                self._arm()
+
+        def _arm(self) -> None:
+            self._header_timer = self.loop.call_later(self.read_seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _expired(self) -> None:
+            self._header_timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            if self.conn.trailing_data[0]:
+                detail = (f"the request headers did not arrive within {self.read_seconds:g} s; send the whole "
+                          "request without pausing, or raise the server's read timeout")
+                if log is not None:
+                    log.warning("rejected request from %s: 408 %s", "%s:%d" % self.client if self.client else "?",
+                                detail)
+                body = json.dumps({"detail": detail}).encode()
+                self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                     b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+
+    return ReadTimeoutH11Protocol
+
+
+async def _send_json(send: Send, status: int, detail: str) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

@@ -7,6 +7,8 @@ from the judge at scrape time, so they are never double-counted.
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
 
@@ -32,7 +34,8 @@ class ServerMetrics:
         self.verdicts = Counter("rubricrl_verdicts", "Verdicts in answered rows, by status", ["status"], registry=r)
         self.judge_batches = Counter("rubricrl_judge_batches", "Calls of the judge (one per request)", registry=r)
         self.rejected = Counter("rubricrl_rejected", "Requests refused, by reason (unauthorized, body_too_large, "
-                                "queue_full, timeout, invalid_rows, judge_failure)", ["reason"], registry=r)
+                                "read_timeout, invalid_request, queue_full, timeout, invalid_rows, judge_failure)",
+                                ["reason"], registry=r)
         self.in_flight = Gauge("rubricrl_requests_in_flight", "Requests being judged", registry=r)
         self.queued = Gauge("rubricrl_requests_queued", "Requests waiting for a judging slot", registry=r)
         r.register(JudgeCollector(judge))
@@ -112,3 +115,45 @@ class RequestMetrics:
         finally:
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+
+class RejectionLog:
+    """ASGI middleware: log every answer with a status of 400 or more at WARNING, with the method,
+    the path (never the query string, which may hold the token), the status and the detail, cut to
+    `limit` characters. A trainer's client drops the body of a refusal, so this is where its reason
+    can be read."""
+
+    def __init__(self, app: ASGIApp, log: logging.Logger, limit: int = 1000):
+        self.app, self.log, self.limit = app, log, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+        body = bytearray()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400 and len(body) <= 4 * self.limit:
+                body.extend(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            if status >= 400:
+                self.log.warning("rejected %s %s: %d %s", scope.get("method", ""), scope.get("path", ""), status,
+                                 self.detail(bytes(body)))
+
+    def detail(self, body: bytes) -> str:
+        text = body.decode("utf-8", errors="replace")
+        try:
+            detail = json.loads(text)["detail"]
+            text = detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False)
+        except (ValueError, TypeError, KeyError):
+            pass
+        text = " ".join(text.split())
+        return text if len(text) <= self.limit else text[: self.limit] + "..."

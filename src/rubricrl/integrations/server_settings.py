@@ -11,6 +11,7 @@ from .row_rewards import ErrorPolicy
 
 TOKEN_ENV = "RUBRICRL_SERVE_TOKEN"
 MIN_TOKEN_CHARS = 16
+DEFAULT_READ_TIMEOUT = 30.0  # seconds: a 32 MiB body at 1 MB/s, far more than a trainer on a cluster needs
 
 
 def is_loopback(host: str) -> bool:
@@ -38,8 +39,16 @@ class ServerSettings(BaseModel):
     concurrency: int = Field(default=8, ge=1, description="requests judged at once")
     queue: int = Field(default=1024, ge=0, description="requests waiting for a slot before 503")
     timeout: float = Field(default=120.0, gt=0, description="seconds per request, queueing included (504)")
+    read_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
+        "seconds a client has to send a request's headers, and again its body (408, connection closed); "
+        f"default: --timeout, at most {DEFAULT_READ_TIMEOUT:g}"))
     error_policy: ErrorPolicy = "zero"
     soft: bool = Field(default=True, description="score model verdicts by p_met (as RubricReward)")
+
+    @property
+    def read_seconds(self) -> float:
+        """The read timeout in force: `read_timeout`, or `timeout` capped at DEFAULT_READ_TIMEOUT."""
+        return self.read_timeout if self.read_timeout is not None else min(self.timeout, DEFAULT_READ_TIMEOUT)
 
     @model_validator(mode="after")
     def _secured(self) -> ServerSettings:
