@@ -952,6 +952,9 @@ def serve(
     concurrency: Annotated[int, typer.Option(min=1, help="Requests judged at once.")] = 8,
     queue: Annotated[int, typer.Option(min=0, help="Requests waiting for a slot; beyond, 503 + Retry-After.")] = 1024,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds per request, queueing included (504).")] = 120.0,
+    read_timeout: Annotated[Optional[float], typer.Option(
+        min=0.001, help="Seconds a client may take to send a request's headers and body (408); default "
+                        "min(--timeout, 30).")] = None,
     error_policy: Annotated[str, typer.Option(help="A row with judge errors gets reward 0.0 (`zero`, flagged in "
                                                    "the logs) or fails the request with 502 (`raise`).")] = "zero",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the SQLite verdict cache.")] = False,
@@ -965,6 +968,7 @@ def serve(
     try:
         settings = settings_from_options(rubric=rubric, judge=judge, host=host, port=port, token=token,
                                          max_body=max_body, concurrency=concurrency, queue=queue, timeout=timeout,
+                                         read_timeout=read_timeout,
                                          error_policy=error_policy, cache=not no_cache,
                                          cache_path=str(cache_path) if cache_path else None)
         run(settings)

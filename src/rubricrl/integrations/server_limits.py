@@ -95,7 +95,7 @@ class ReadDeadline:
 
     def message(self) -> str:
         return (f"the request body did not arrive within {self.seconds:g} s of its headers; send the whole body "
-                "without pausing, or raise the server's read timeout")
+                "without pausing, or raise the server's --read-timeout")
 
 
 def read_timeout_protocol(seconds: float, log: logging.Logger | None = None) -> type:
@@ -148,7 +148,7 @@ def read_timeout_protocol(seconds: float, log: logging.Logger | None = None) -> 
                 return
             if self.conn.trailing_data[0]:
                 detail = (f"the request headers did not arrive within {self.read_seconds:g} s; send the whole "
-                          "request without pausing, or raise the server's read timeout")
+                          "request without pausing, or raise the server's --read-timeout")
                 if log is not None:
                     log.warning("rejected request from %s: 408 %s", "%s:%d" % self.client if self.client else "?",
                                 detail)
