@@ -24,12 +24,12 @@ from sklearn.metrics import roc_auc_score
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from esconv import STRATEGY_CRITERIA, load_esconv  # noqa: E402
 
-from rubricrl.conversation import as_conversation  # noqa: E402
-from rubricrl.exemplar_fit import best_threshold, fit_exemplars  # noqa: E402
+from rubricrl.core.messages import as_conversation  # noqa: E402
+from rubricrl.judge_tools.fit import best_threshold, fit_exemplars  # noqa: E402
 from rubricrl.judges.base import JudgeRequest  # noqa: E402
 from rubricrl.judges.exemplar import ExemplarJudge  # noqa: E402
 from rubricrl.judges.local import LocalJudge  # noqa: E402
-from rubricrl.rubric import Criterion, Rubric  # noqa: E402
+from rubricrl.rubrics.model import Criterion, Rubric  # noqa: E402
 
 
 def balanced_accuracy(predicted: np.ndarray, y: np.ndarray) -> float:
@@ -39,7 +39,7 @@ def balanced_accuracy(predicted: np.ndarray, y: np.ndarray) -> float:
 def transfer(data) -> None:
     """The bundled exemplar models (fitted only on our own written examples) scored on ESConv
     turns whose human strategy label corresponds to the criterion: an independent check."""
-    from rubricrl.loading import bundled_rubric_path, load_rubric
+    from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 
     judge = ExemplarJudge()
     empathy = {c.id: c for c in load_rubric(bundled_rubric_path("empathy")).criteria}

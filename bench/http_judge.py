@@ -22,13 +22,13 @@ import time
 import httpx
 from judge_throughput import CONVERSATION, CRITERIA, RESPONSES
 
-from rubricrl.conversation import as_conversation
-from rubricrl.endpoint import ChatEndpoint, EndpointConfig
+from rubricrl.core.messages import as_conversation
+from rubricrl.llm.endpoint import ChatEndpoint, EndpointConfig
 from rubricrl.judges.base import JudgeRequest
 from rubricrl.judges.http import HTTPJudge
 from rubricrl.judges.http_prompts import yesno_messages
-from rubricrl.llama_server import LlamaServer
-from rubricrl.rubric import Criterion
+from rubricrl.llm.llama_server import LlamaServer
+from rubricrl.rubrics.model import Criterion
 
 
 def requests() -> list[JudgeRequest]:

@@ -27,11 +27,11 @@ from sklearn.model_selection import StratifiedKFold
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from esconv import STRATEGY_CRITERIA, load_esconv
 
-from rubricrl.agreement import Label, binary_metrics, judge_labels
-from rubricrl.conversation import as_conversation
+from rubricrl.judge_tools.agreement import Label, binary_metrics, judge_labels
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges import make_judge
 from rubricrl.judges.calibration import fit_threshold
-from rubricrl.rubric import Criterion
+from rubricrl.rubrics.model import Criterion
 
 
 def sample_turns(data, per_strategy: int, seed: int):

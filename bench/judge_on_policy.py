@@ -35,7 +35,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def load_gold(gold: Path = GOLD) -> tuple[list[dict], dict[str, dict]]:
     """(items, labels by item id); every item must be labelled, with exactly its rubric's label names."""
-    from rubricrl.loading import load_rubric, bundled_rubric_path
+    from rubricrl.rubrics.loading import load_rubric, bundled_rubric_path
 
     items = read_jsonl(gold / "items.jsonl")
     labels = {row["id"]: row["labels"] for row in read_jsonl(gold / "labels.jsonl")}
@@ -93,9 +93,9 @@ def reread_agreement(labels: dict[str, dict], gold: Path = GOLD) -> dict | None:
 
 def run_judge(spec: str, items: list[dict]) -> dict[str, dict[str, tuple[str, float | None]]]:
     """item id -> criterion id -> (status, p_met) for the model-judged criteria."""
-    from rubricrl.conversation import as_conversation
+    from rubricrl.core.messages import as_conversation
     from rubricrl.judges import JudgeRequest, make_judge
-    from rubricrl.loading import bundled_rubric_path, load_rubric
+    from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 
     judge = make_judge(spec, cache=False)
     rubrics = {name: load_rubric(bundled_rubric_path(name)) for name in {i["rubric"] for i in items}}
@@ -114,7 +114,7 @@ def run_judge(spec: str, items: list[dict]) -> dict[str, dict[str, tuple[str, fl
 
 
 def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
-    from rubricrl.loading import bundled_rubric_path, load_rubric
+    from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 
     started = time.perf_counter()
     verdicts = run_judge(spec, items)

@@ -3,7 +3,7 @@
     python bench/judge_probes.py [--limit 8] [--http-limit 4] [--generative-limit 2] [--judges SPEC,...] [--evidence]
 
 For each judge spec (default: `local`, `llamacpp?mode=logprob`, `llamacpp?mode=per_criterion`), every
-probe of `rubricrl.judges.probes` (master keys, empty, fake verdicts, injections, ...) is judged on
+probe of `rubricrl.judge_tools.probes` (master keys, empty, fake verdicts, injections, ...) is judged on
 bundled emotional-support prompts (an even spread over the areas: LIMIT for local judges,
 HTTP_LIMIT for HTTP judges, one call per verdict, GENERATIVE_LIMIT for the per_criterion / batched
 modes, which generate a JSON explanation of ~40 tokens per verdict) against the bundled empathy rubric, once with the defences off and once with the defaults
@@ -31,13 +31,13 @@ from pathlib import Path
 
 from rubricrl.judges import make_judge
 from rubricrl.judges.defences import Defences
-from rubricrl.judges.probes import (
+from rubricrl.judge_tools.probes import (
     EXCLUDED_FROM_OVERALL,
     AuditReport,
     bundled_items,
     run_audit,
 )
-from rubricrl.loading import bundled_rubric_path, load_rubric
+from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 
 # concurrency = the server's 4 slots and a long timeout: on a busy 2-core machine queued calls would
 # otherwise time out and be retried, which only adds load

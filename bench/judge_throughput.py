@@ -16,10 +16,10 @@ import time
 import numpy as np
 import torch
 
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import JudgeRequest
 from rubricrl.judges.local import LocalJudge
-from rubricrl.rubric import Criterion
+from rubricrl.rubrics.model import Criterion
 
 CONVERSATION = [
     {"role": "user", "content": "I moved to a new city for work three months ago and I still don't know anyone. "

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from rubricrl.llama_server import free_port
+from rubricrl.llm.llama_server import free_port
 
 SEEKERS = [
     "I failed my driving test for the third time today and I feel like an idiot.",

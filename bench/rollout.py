@@ -29,12 +29,12 @@ import statistics
 import time
 from collections import Counter
 
-from rubricrl.chat import make_chat_model
+from rubricrl.llm.chat import make_chat_model
 from rubricrl.dialogue.persona import load_personas
 from rubricrl.dialogue.rollout import chat_policy, plan, run_conversations
-from rubricrl.dialogue.simulation_report import summarize_simulation
+from rubricrl.dialogue.summary import summarize_simulation
 from rubricrl.dialogue.user import SimulatedUser, UserSettings
-from rubricrl.endpoint import ChatResult
+from rubricrl.llm.endpoint import ChatResult
 
 SUPPORTER_TURN = ("That sounds like a lot to carry on your own. What has been the hardest part of it for you "
                   "these last few days?")

@@ -24,7 +24,7 @@ from sklearn.model_selection import StratifiedKFold
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from esconv import TO_ESCONV8, load_esconv, previous_supporter  # noqa: E402
 
-from rubricrl.encoder import embed  # noqa: E402
+from rubricrl.llm.encoder import embed  # noqa: E402
 from rubricrl.tactics.classifier import TurnExample, cross_validate  # noqa: E402
 from rubricrl.tactics.metrics import stickiness  # noqa: E402
 

@@ -7,9 +7,9 @@
 
 from pathlib import Path
 
-from rubricrl.exemplar_fit import collect_examples, fit_exemplars
-from rubricrl.loading import bundled_rubric_path, load_rubric
-from rubricrl.rubric import Rubric
+from rubricrl.judge_tools.fit import collect_examples, fit_exemplars
+from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
+from rubricrl.rubrics.model import Rubric
 from rubricrl.tactics.classifier import BUNDLED_DIR, TacticClassifier, cross_validate
 from rubricrl.tactics.labeling import fit_examples
 

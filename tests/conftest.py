@@ -23,7 +23,7 @@ def llama_url():
     if url:
         yield url.rstrip("/")
         return
-    from rubricrl.llama_server import LlamaServer
+    from rubricrl.llm.llama_server import LlamaServer
 
     server = LlamaServer(parallel=4).start()
     yield server.url

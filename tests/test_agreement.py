@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rubricrl.agreement import (
+from rubricrl.judge_tools.agreement import (
     agreement,
     binary_metrics,
     build_requests,
@@ -18,7 +18,7 @@ from rubricrl.agreement import (
 )
 from rubricrl.cli import app
 from rubricrl.judges import make_judge
-from rubricrl.verdict import Status, Verdict, error_verdict
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
 
 runner = CliRunner()
 
@@ -158,9 +158,9 @@ def test_bad_label_lines_are_reported_and_the_rest_used(tmp_path):
 
 
 def test_reliability_bins():
-    from rubricrl.agreement import Label
-    from rubricrl.conversation import as_conversation
-    from rubricrl.rubric import Criterion
+    from rubricrl.judge_tools.agreement import Label
+    from rubricrl.core.messages import as_conversation
+    from rubricrl.rubrics.model import Criterion
 
     c = Criterion(id="c", text="x")
     labels = [Label(str(i), i, as_conversation("p"), "r", c, y) for i, y in enumerate([True, False, True, True])]

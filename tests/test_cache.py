@@ -3,11 +3,11 @@
 import asyncio
 import multiprocessing as mp
 
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import JudgeRequest, JudgeStats
 from rubricrl.judges.cache import CachedJudge, VerdictCache, verdict_key
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status, Verdict, error_verdict
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
 
 CONV = as_conversation("I lost my job today.")
 CRITS = (Criterion(id="a", text="Validates the feeling."), Criterion(id="b", text="Asks a question."),

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 import rubricrl.judges as judges_pkg
-from rubricrl.agreement import judge_labels, read_labels
+from rubricrl.judge_tools.agreement import judge_labels, read_labels
 from rubricrl.cli import app
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, RoutedJudge, make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats
 from rubricrl.judges.calibration import (
@@ -22,8 +22,8 @@ from rubricrl.judges.calibration import (
     split_heldout,
 )
 from rubricrl.judges.exemplar import criterion_key
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status, Verdict, error_verdict
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
 
 runner = CliRunner()
 WARM, ASKS = "The reply is warm.", "The reply asks a question."

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from rubricrl.checks import CheckResult, run_check, tagged_spans
-from rubricrl.loading import RubricError, rubric_from_data
-from rubricrl.rubric import (
+from rubricrl.rubrics.checks import CheckResult, run_check, tagged_spans
+from rubricrl.core.problems import RubricError
+from rubricrl.rubrics.loading import rubric_from_data
+from rubricrl.rubrics.model import (
     Check,
     ContainsCheck,
     Criterion,

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats
 from rubricrl.judges.defences import (
@@ -16,10 +16,10 @@ from rubricrl.judges.defences import (
     quoted_span,
     screen,
 )
-from rubricrl.judges.probes import AuditItem, make_probes, run_audit
+from rubricrl.judge_tools.probes import AuditItem, make_probes, run_audit
 from rubricrl.judges.routing import RoutedJudge
-from rubricrl.rubric import Criterion, Rubric
-from rubricrl.verdict import Status, Verdict
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.core.verdicts import Status, Verdict
 
 CONV = as_conversation("I failed my driving test again and I feel stupid.")
 WARM = Criterion(id="warm", text="The reply validates the feeling.", weight=3)

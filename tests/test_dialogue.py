@@ -22,7 +22,7 @@ from rubricrl.dialogue.rollout import (
     run_conversations,
     user_seed,
 )
-from rubricrl.dialogue.simulation_report import (
+from rubricrl.dialogue.summary import (
     render_simulation_report,
     summarize_simulation,
 )
@@ -33,7 +33,7 @@ from rubricrl.dialogue.user import (
     parse_analysis,
     visible_text,
 )
-from rubricrl.endpoint import ChatResult
+from rubricrl.llm.endpoint import ChatResult
 
 # ---------------------------------------------------------------- scripted models
 
@@ -600,7 +600,7 @@ class QuestionJudge:
         self.requests = []
 
     async def judge(self, requests):
-        from rubricrl.verdict import Status, Verdict
+        from rubricrl.core.verdicts import Status, Verdict
 
         self.requests += requests
         out = []
@@ -611,7 +611,7 @@ class QuestionJudge:
 
 
 def question_rubric(tmp_path):
-    from rubricrl.loading import load_rubric
+    from rubricrl.rubrics.loading import load_rubric
 
     path = tmp_path / "q.yaml"
     path.write_text("id: q\ncriteria:\n  - id: asks\n    text: Asks a question.\n    weight: 1\n"

@@ -19,14 +19,14 @@ from rubricrl.dialogue.grpo import DialogueRollout, between_tokens, opening_prom
 from rubricrl.dialogue.persona import Persona
 from rubricrl.dialogue.rollout import Transcript
 from rubricrl.dialogue.user import SimulatedUser, UserSettings
-from rubricrl.endpoint import ChatResult
+from rubricrl.llm.endpoint import ChatResult
 
 pytestmark = pytest.mark.slow  # every test here loads the embedded model or talks to a real server
 
 
 @pytest.fixture(scope="module")
 def embedded():
-    from rubricrl.models import load_causal_lm
+    from rubricrl.llm.models import load_causal_lm
 
     model, tokenizer = load_causal_lm()
     return model, tokenizer
@@ -300,7 +300,7 @@ def dialogue_run(tmp_path_factory, llama_url):
 def test_dialogue_training_changes_parameters(dialogue_run):
     from safetensors.torch import load_file
 
-    from rubricrl.models import resolve
+    from rubricrl.llm.models import resolve
 
     run_dir, summary, _ = dialogue_run
     before = load_file(str(Path(resolve(None)) / "model.safetensors"))

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rubricrl.conversation import as_conversation
-from rubricrl.endpoint import ChatEndpoint, EndpointConfig
+from rubricrl.core.messages import as_conversation
+from rubricrl.llm.endpoint import ChatEndpoint, EndpointConfig
 from rubricrl.judges import JudgeRequest
 from rubricrl.judges import http_prompts as prompts
 from rubricrl.judges.http import MODES, HTTPJudge
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status, Verdict
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict
 
 CONV = as_conversation([{"role": "user", "content": "I failed my driving test again and I feel stupid."}])
 REPLY = "That sounds discouraging. Failing twice does not make you stupid. What felt hardest?"

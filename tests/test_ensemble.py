@@ -4,12 +4,12 @@ import asyncio
 
 import pytest
 
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats
 from rubricrl.judges.ensemble import EnsembleJudge
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status, Verdict, error_verdict, skipped_verdict
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
 
 C = Criterion(id="c", text="The reply is kind.")
 D = Criterion(id="d", text="The reply is short.")

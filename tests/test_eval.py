@@ -17,8 +17,8 @@ from rubric_texts import RULES_RUBRIC
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
-from rubricrl.eval_summary import row_estimate, summarize_eval
-from rubricrl.scoring import bootstrap
+from rubricrl.evaluation.summary import row_estimate, summarize_eval
+from rubricrl.scoring.formulas import bootstrap
 
 runner = CliRunner()
 HEALTHBENCH = Path(__file__).parent / "data" / "healthbench_mini.jsonl"

@@ -7,15 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from rubricrl.conversation import as_conversation
-from rubricrl.exemplar_fit import best_threshold, collect_examples, fit_exemplars
+from rubricrl.core.messages import as_conversation
+from rubricrl.judge_tools.fit import best_threshold, collect_examples, fit_exemplars
 from rubricrl.judges import make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats
 from rubricrl.judges.exemplar import ExemplarJudge, criterion_key, load_models
 from rubricrl.judges.routing import RoutedJudge
-from rubricrl.loading import RubricError, bundled_rubric_path, load_rubric
-from rubricrl.rubric import Criterion, Rubric
-from rubricrl.verdict import Status, Verdict
+from rubricrl.core.problems import RubricError
+from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.core.verdicts import Status, Verdict
 
 pytestmark = pytest.mark.slow  # loads the sentence encoder
 

@@ -9,12 +9,12 @@ import httpx
 import pytest
 from fault_proxy import FaultProxy
 
-from rubricrl.conversation import as_conversation
-from rubricrl.endpoint import ChatEndpoint, EndpointConfig, logprob_yes, parse_endpoint_spec
+from rubricrl.core.messages import as_conversation
+from rubricrl.llm.endpoint import ChatEndpoint, EndpointConfig, logprob_yes, parse_endpoint_spec
 from rubricrl.judges import JudgeRequest, JudgeSpecError, make_judge
 from rubricrl.judges.http import HTTPJudge
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status
 
 CONV = as_conversation([{"role": "user", "content": "I failed my driving test again and I feel stupid."}])
 REPLY = "That sounds discouraging. Failing twice does not make you stupid. What felt hardest?"

@@ -6,11 +6,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import JudgeRequest
 from rubricrl.judges.local import _Pack, _row_chunks, _tree_batch
-from rubricrl.rubric import Criterion
-from rubricrl.verdict import Status
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def test_row_chunks_respect_budget():
 
 
 def test_embedded_model_is_converted_once(monkeypatch):
-    from rubricrl import models
+    from rubricrl.llm import models
 
     first = models.resolve(None)
     monkeypatch.setattr(models, "_convert", lambda *a: pytest.fail("converted a second time"))
@@ -139,7 +139,7 @@ def test_embedded_model_is_converted_once(monkeypatch):
 
 
 def test_missing_gguf_and_unknown_spec_errors(tmp_path):
-    from rubricrl import models
+    from rubricrl.llm import models
 
     with pytest.raises(models.ModelNotFoundError, match="GGUF file not found"):
         models.resolve(str(tmp_path / "nope.gguf"))

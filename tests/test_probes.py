@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
-from rubricrl.conversation import as_conversation
+from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import JudgeStats
-from rubricrl.judges.probes import (
+from rubricrl.judge_tools.probes import (
     FILLER,
     AuditItem,
     AuditLine,
@@ -21,9 +21,9 @@ from rubricrl.judges.probes import (
     spread,
 )
 from rubricrl.judges.routing import RoutedJudge
-from rubricrl.loading import bundled_rubric_path, load_rubric
-from rubricrl.rubric import Criterion, Rubric
-from rubricrl.verdict import Status, Verdict
+from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.core.verdicts import Status, Verdict
 
 runner = CliRunner()
 EMPATHY = load_rubric(bundled_rubric_path("empathy"))

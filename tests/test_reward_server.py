@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 from rubricrl.cli import app as cli_app
 from rubricrl.integrations.openrlhf import conversation_from_prompt, split_query, strip_end_tokens
 from rubricrl.integrations.reward_server import RedactToken, create_app, uvicorn_config
-from rubricrl.integrations.server_settings import ServerSettings, is_loopback, settings_from_options
+from rubricrl.serve.settings import ServerSettings, is_loopback, settings_from_options
 from rubricrl.judges import CachedJudge, RoutedJudge, VerdictCache, make_judge
 from rubricrl.judges.base import JudgeStats
-from rubricrl.llama_server import free_port
-from rubricrl.loading import rubric_from_data
-from rubricrl.verdict import Status, Verdict, error_verdict
+from rubricrl.llm.llama_server import free_port
+from rubricrl.rubrics.loading import rubric_from_data
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
 
 RUBRIC = rubric_from_data({"id": "rules-only", "criteria": [
     {"id": "greets", "text": "Greets the person.", "weight": 2, "check": {"type": "contains", "any_of": ["hello"]}},
@@ -516,8 +516,8 @@ def test_rubric_with_weights_that_overflow_in_a_label_is_422():
 
 
 def test_reward_is_never_nan_even_for_a_rubric_that_skipped_validation():
-    from rubricrl.integrations.row_rewards import row_reward
-    from rubricrl.rubric import Criterion, Rubric
+    from rubricrl.rewards.rows import row_reward
+    from rubricrl.rubrics.model import Criterion, Rubric
 
     rubric = Rubric.model_construct(criteria=(Criterion(id="a", text="A", weight=1e308),
                                               Criterion(id="b", text="B", weight=1e308)), hard_rule_gate=0.0)
@@ -529,7 +529,7 @@ def test_reward_is_never_nan_even_for_a_rubric_that_skipped_validation():
 def test_rubric_values_with_non_finite_weights_name_the_field():
     # verl reads labels from parquet: the numbers arrive as Python floats, NaN and inf included
     from rubricrl.integrations.openrlhf import parse_request
-    from rubricrl.integrations.rubric_values import RubricValueError, rubric_value
+    from rubricrl.rubrics.values import RubricValueError, rubric_value
 
     for bad in (float("nan"), float("inf"), -float("inf")):
         with pytest.raises(RubricValueError, match=r"ground_truth: criteria\[0\]\.weight: weight must be a finite"):

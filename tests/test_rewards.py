@@ -7,8 +7,8 @@ import pytest
 from rubricrl.judges import make_judge
 from rubricrl.judges.base import JudgeStats
 from rubricrl.rewards import FormatReward, JudgeFailure, LengthPenalty, RubricReward, completion_text
-from rubricrl.rubric import Criterion, Rubric
-from rubricrl.verdict import Status, Verdict, error_verdict
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
 
 RUBRIC = Rubric(criteria=(
     Criterion(id="sorry", text="Says sorry.", weight=2, check={"type": "contains", "any_of": ["sorry"]}),

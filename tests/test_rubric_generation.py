@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
-from rubricrl.endpoint import ChatResult
-from rubricrl.loading import rubric_from_row
-from rubricrl.rows import InvalidRow, ScoringRow, read_rows
-from rubricrl.rubric_generation import (
+from rubricrl.llm.endpoint import ChatResult
+from rubricrl.rubrics.loading import rubric_from_row
+from rubricrl.rubrics.rows import InvalidRow, ScoringRow, read_rows
+from rubricrl.authoring.generate import (
     CATEGORY_WEIGHTS,
     GenerationProblem,
     consistency,
@@ -24,7 +24,7 @@ from rubricrl.rubric_generation import (
     generate_rubric,
     parse_generation_row,
 )
-from rubricrl.verdict import Status, Verdict
+from rubricrl.core.verdicts import Status, Verdict
 
 runner = CliRunner()
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "generate"
@@ -150,7 +150,7 @@ def test_pair_prompt_shows_both_answers_and_asks_for_kinds():
 
 def test_consistency_arithmetic():
     criteria = criteria_from_answer(GOOD, pair=False)
-    from rubricrl.loading import rubric_from_data
+    from rubricrl.rubrics.loading import rubric_from_data
 
     rubric = rubric_from_data({"criteria": criteria}, "x", 1)
     judge = StubJudge({"The reply names the feeling.": "sad", "The reply asks an open question.": "?",
@@ -307,9 +307,9 @@ def test_cli_generate_end_to_end_on_the_embedded_model(tmp_path, generator, max_
 
 @pytest.mark.slow
 def test_consistency_with_the_default_judge_on_the_generators_llamacpp_server():
-    from rubricrl.chat import make_chat_model
+    from rubricrl.llm.chat import make_chat_model
     from rubricrl.judges import make_judge
-    from rubricrl.loading import rubric_from_data
+    from rubricrl.rubrics.loading import rubric_from_data
 
     model = make_chat_model("llamacpp")
     spec = default_judge_spec("llamacpp", model)

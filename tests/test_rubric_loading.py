@@ -16,10 +16,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rubricrl.conversation import Message
-from rubricrl.loading import Problem, RubricError, criterion_summary, load_rubric, rubric_from_data, rubric_from_row
-from rubricrl.rows import InvalidRow, ScoringRow, parse_row, read_rows
-from rubricrl.rubric import Criterion, LengthCheck, Rubric
+from rubricrl.core.messages import Message
+from rubricrl.core.problems import Problem, RubricError
+from rubricrl.rubrics.loading import criterion_summary, load_rubric, rubric_from_data, rubric_from_row
+from rubricrl.rubrics.rows import InvalidRow, ScoringRow, parse_row, read_rows
+from rubricrl.rubrics.model import Criterion, LengthCheck, Rubric
 
 RUBRIC_YAML = """\
 id: empathy-v1

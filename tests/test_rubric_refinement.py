@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
-from rubricrl.conversation import as_conversation
-from rubricrl.endpoint import ChatResult
-from rubricrl.loading import load_rubric, rubric_from_data
-from rubricrl.rows import ScoringRow
-from rubricrl.rubric_refinement import (
+from rubricrl.core.messages import as_conversation
+from rubricrl.llm.endpoint import ChatResult
+from rubricrl.rubrics.loading import load_rubric, rubric_from_data
+from rubricrl.rubrics.rows import ScoringRow
+from rubricrl.authoring.refine import (
     Change,
     cluster_weights,
     correlations,
@@ -30,7 +30,7 @@ from rubricrl.rubric_refinement import (
     verdict_matrix,
     write_rubric,
 )
-from rubricrl.verdict import Status, Verdict
+from rubricrl.core.verdicts import Status, Verdict
 
 runner = CliRunner()
 

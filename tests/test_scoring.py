@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rubricrl.rubric import Criterion, Rubric
-from rubricrl.scoring import (
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.scoring.formulas import (
     Estimate,
     bootstrap,
     clipped_mean,
@@ -14,8 +14,8 @@ from rubricrl.scoring import (
     score_row,
     tag_scores,
 )
-from rubricrl.summary import summarize
-from rubricrl.verdict import Status, Verdict, error_verdict, skipped_verdict
+from rubricrl.scoring.summary import summarize
+from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
 
 
 def crit(cid: str, weight: float, kind: str = "principle", tags: tuple[str, ...] = ()) -> Criterion:
@@ -360,8 +360,10 @@ import math  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from rubricrl.loading import RubricError, rubric_from_data  # noqa: E402
-from rubricrl.scoring import NonFiniteScore  # noqa: E402
+from rubricrl.core.problems import RubricError
+
+from rubricrl.rubrics.loading import rubric_from_data  # noqa: E402
+from rubricrl.scoring.formulas import NonFiniteScore  # noqa: E402
 
 
 def test_points_score_refuses_to_return_a_non_finite_score():

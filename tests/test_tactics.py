@@ -149,7 +149,7 @@ def test_judge_based_classifier_uses_any_judge(tmp_path):
     from rubricrl.judges.base import JudgeStats
     from rubricrl.tactics.classifier import TurnExample
     from rubricrl.tactics.judge_classifier import JudgeTacticClassifier
-    from rubricrl.verdict import Status, Verdict
+    from rubricrl.core.verdicts import Status, Verdict
 
     class KeywordJudge:  # a stand-in backend: 'met' when the tactic's name appears in the reply
         judge_id, stats = "kw", JudgeStats()
@@ -177,7 +177,7 @@ def test_judge_classifier_refuses_error_verdicts():
     from rubricrl.judges.base import JudgeStats
     from rubricrl.tactics.classifier import TurnExample
     from rubricrl.tactics.judge_classifier import JudgeTacticClassifier
-    from rubricrl.verdict import error_verdict
+    from rubricrl.core.verdicts import error_verdict
 
     class FailingJudge:
         judge_id, stats = "failing", JudgeStats()

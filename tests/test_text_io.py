@@ -2,7 +2,7 @@
 and every JSONL file rubricrl writes keeps one record per line even when its text holds Unicode
 line separators (U+2028, U+0085, ...), so a resume reads it back.
 
-Unit tests of `rubricrl.jsonl`, then the CLI end to end (`score` and `eval` twice), then one user
+Unit tests of `rubricrl.core.jsonl`, then the CLI end to end (`score` and `eval` twice), then one user
 file of each kind with a BOM.
 """
 
@@ -18,7 +18,7 @@ from rubric_texts import RULES_RUBRIC
 from typer.testing import CliRunner
 
 from rubricrl.cli import app
-from rubricrl.jsonl import LINE_SEPARATORS, append_lines, dumps_line, iter_jsonl, read_jsonl, read_text, write_jsonl
+from rubricrl.core.jsonl import LINE_SEPARATORS, append_lines, dumps_line, iter_jsonl, read_jsonl, read_text, write_jsonl
 
 runner = CliRunner()
 BOM = "\ufeff"
@@ -244,7 +244,7 @@ def test_yaml_config_persona_and_taxonomy_with_a_bom_load(tmp_path):
 
 
 def _labels(path: Path) -> object:
-    from rubricrl.agreement import read_labels
+    from rubricrl.judge_tools.agreement import read_labels
 
     labels, problems = read_labels(path)
     assert problems == []
@@ -252,8 +252,8 @@ def _labels(path: Path) -> object:
 
 
 def _probes(path: Path) -> object:
-    from rubricrl.judges.probes import file_items
-    from rubricrl.loading import rubric_from_data
+    from rubricrl.judge_tools.probes import file_items
+    from rubricrl.rubrics.loading import rubric_from_data
 
     items, problems = file_items(path, rubric=rubric_from_data([{"id": "x", "text": "Kind.", "weight": 1}], "t"))
     assert problems == []
@@ -261,8 +261,8 @@ def _probes(path: Path) -> object:
 
 
 def _exemplar_labels(path: Path) -> object:
-    from rubricrl.exemplar_fit import collect_examples
-    from rubricrl.loading import rubric_from_data
+    from rubricrl.judge_tools.fit import collect_examples
+    from rubricrl.rubrics.loading import rubric_from_data
 
     examples, _ = collect_examples(rubric_from_data([{"id": "x", "text": "Kind.", "weight": 1}], "t"), path)
     return sorted(examples["x"])
@@ -281,13 +281,13 @@ def _tactic_examples(path: Path) -> object:
 
 
 def _generation_rows(path: Path) -> object:
-    from rubricrl.rubric_generation import read_generation_rows
+    from rubricrl.authoring.generate import read_generation_rows
 
     return [(type(r).__name__, r.id) for r in read_generation_rows(path)]
 
 
 def _read_rows(path: Path) -> object:
-    from rubricrl.rows import read_rows
+    from rubricrl.rubrics.rows import read_rows
 
     return [(type(r).__name__, r.id) for r in read_rows(path)]
 
@@ -332,7 +332,7 @@ def test_calibration_file_with_a_bom_loads(tmp_path):
 
 
 def test_training_run_files_with_separators_read_back(tmp_path):
-    from rubricrl.report import read_jsonl as report_read_jsonl
+    from rubricrl.reports.training import read_jsonl as report_read_jsonl
 
     (tmp_path / "samples.jsonl").write_bytes(jsonl_bytes([{"step": 1, "completion": "a\u2028b"},
                                                           {"step": 2, "completion": "c\x85d"}]))

@@ -16,7 +16,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from rubricrl.models import resolve
+from rubricrl.llm.models import resolve
 from rubricrl.train.config import load_config
 from rubricrl.train.run import run_training
 

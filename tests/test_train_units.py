@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rubricrl.rubric import Criterion, Rubric
+from rubricrl.rubrics.model import Criterion, Rubric
 from rubricrl.train.buffer import SelectiveSampleBuffer
 from rubricrl.train.config import ConfigError, load_config
 from rubricrl.train.scaffold import HINT_HEADER, draw, hint_probability, hint_text, with_hint
@@ -128,7 +128,7 @@ def test_exponent_floats_in_yaml_are_numbers(tmp_path):
 
 
 def test_prompt_data_from_user_file(tmp_path):
-    from rubricrl.loading import RubricError
+    from rubricrl.core.problems import RubricError
     from rubricrl.train.data import load_prompt_data
 
     rows = [{"id": f"r{i}", "prompt": f"message {i}"} for i in range(10)]

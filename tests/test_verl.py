@@ -16,7 +16,7 @@ import pytest
 
 import rubricrl.integrations.verl as rv
 from rubricrl.rewards import JudgeFailure
-from rubricrl.verdict import error_verdict
+from rubricrl.core.verdicts import error_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = {"id": "rules-only", "criteria": [

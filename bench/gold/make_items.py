@@ -37,7 +37,7 @@ def load_prompts() -> list[dict]:
 def sample(args) -> None:
     import torch
 
-    from rubricrl.models import load_causal_lm
+    from rubricrl.llm.models import load_causal_lm
 
     model, tok = load_causal_lm(args.policy)
     tok.padding_side = "left"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from rubricrl.conversation import as_conversation
-from rubricrl.integrations.rubric_values import RubricValueError, load_named_rubric, rubric_value
+from rubricrl.core.messages import as_conversation
+from rubricrl.rubrics.values import RubricValueError, load_named_rubric, rubric_value
 
 PROMPT_KEYS = ("prompt", "messages", "question")
 

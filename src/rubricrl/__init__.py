@@ -3,12 +3,13 @@
 Data flows one way: rubric -> judge -> verdicts -> score -> reward -> trainer.
 """
 
-from .conversation import Message, as_conversation
-from .judges import JudgeRequest, make_judge
-from .loading import Problem, RubricError, load_rubric, rubric_from_data
-from .rubric import Criterion, Rubric
-from .scoring import Estimate, RowScore, bootstrap, clipped_mean, score_row
-from .verdict import Status, Verdict
+from rubricrl.core.messages import Message, as_conversation
+from rubricrl.judges import JudgeRequest, make_judge
+from rubricrl.core.problems import Problem, RubricError
+from rubricrl.rubrics.loading import load_rubric, rubric_from_data
+from rubricrl.rubrics.model import Criterion, Rubric
+from rubricrl.scoring.formulas import Estimate, RowScore, bootstrap, clipped_mean, score_row
+from rubricrl.core.verdicts import Status, Verdict
 
 __version__ = "0.1.0"
 

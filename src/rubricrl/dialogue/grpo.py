@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from .persona import Persona
-from .rollout import SUPPORTER_SYSTEM, PolicyReply, Slot, Transcript, converse, user_seed
-from .user import SimulatedUser
+from rubricrl.dialogue.persona import Persona
+from rubricrl.dialogue.rollout import SUPPORTER_SYSTEM, PolicyReply, Slot, Transcript, converse, user_seed
+from rubricrl.dialogue.user import SimulatedUser
 
 
 def opening_prompt(persona: Persona, system: str = SUPPORTER_SYSTEM) -> list[dict[str, str]]:

@@ -15,10 +15,11 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..jsonl import iter_jsonl, read_text
-from ..loading import Problem
+from rubricrl.core.jsonl import iter_jsonl, read_text
+from rubricrl.core.problems import Problem
+from rubricrl.core.resources import data_path
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "personas"
+BUNDLED_DIR = data_path("personas")
 SAGE_FIELDS = ("id", "player", "scene", "main_cha", "cha_group", "task", "first_talk")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from .rollout import Transcript
+from rubricrl.dialogue.rollout import Transcript
 
 RewardMode = Literal["final", "step", "mixed"]
 
@@ -102,9 +102,9 @@ class DialogueRubricReward:
         self.totals: Counter = Counter()
 
     def requests(self, transcript: Transcript) -> list:
-        from ..conversation import as_conversation
-        from ..judges.base import JudgeRequest
-        from .user import visible_text
+        from rubricrl.core.messages import as_conversation
+        from rubricrl.judges.base import JudgeRequest
+        from rubricrl.dialogue.user import visible_text
 
         said = [("user" if t.role == "user" else "assistant", t.text if t.role == "user" else visible_text(t.text))
                 for t in transcript.turns if t.text or t.role == "supporter"]
@@ -121,8 +121,8 @@ class DialogueRubricReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
         import asyncio
 
-        from ..scoring import score_row
-        from ..verdict import Status
+        from rubricrl.scoring.formulas import score_row
+        from rubricrl.core.verdicts import Status
 
         parsed = [t if isinstance(t, Transcript) else Transcript.model_validate(t) for t in columns["transcript"]]
         # an error conversation is masked here too: with another reward function beside this one, TRL's

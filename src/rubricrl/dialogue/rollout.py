@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ..chat import ChatModel
-from .persona import Persona
-from .user import SimulatedUser, visible_text
+from rubricrl.llm.chat import ChatModel
+from rubricrl.dialogue.persona import Persona
+from rubricrl.dialogue.user import SimulatedUser, visible_text
 
 EndReason = Literal["goodbye", "success", "failure", "max_turns", "error"]
 SUPPORTER_SYSTEM = ("You are a warm, attentive emotional-support listener. Reply to the person in a few sentences. "

@@ -16,8 +16,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..chat import ChatModel
-from .persona import Persona
+from rubricrl.llm.chat import ChatModel
+from rubricrl.dialogue.persona import Persona
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 

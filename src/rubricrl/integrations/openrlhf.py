@@ -19,10 +19,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..conversation import Conversation, Message, as_conversation
-from ..rubric import Rubric
-from .row_rewards import RowInput
-from .rubric_values import RubricValueError, bundled_names, is_blank, plain, rubric_value
+from rubricrl.core.messages import Conversation, Message, as_conversation
+from rubricrl.rubrics.model import Rubric
+from rubricrl.rewards.rows import RowInput
+from rubricrl.rubrics.values import RubricValueError, bundled_names, is_blank, plain, rubric_value
 
 # Tokens a generation ends with (EOS, end of turn) or is padded with, across common chat models.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",

@@ -28,12 +28,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..conversation import Conversation, as_conversation
-from ..rewards import JudgeFailure
-from ..rubric import Rubric
-from .judge_runner import JudgeRunner
-from .row_rewards import ERROR_POLICIES, RowInput, RowReward, failures, row_reward
-from .rubric_values import is_blank, load_named_rubric, looks_like_rubric, plain, rubric_value
+from rubricrl.core.messages import Conversation, as_conversation
+from rubricrl.rewards.functions import JudgeFailure
+from rubricrl.rubrics.model import Rubric
+from rubricrl.judges.runner import JudgeRunner
+from rubricrl.rewards.rows import ERROR_POLICIES, RowInput, RowReward, failures, row_reward
+from rubricrl.rubrics.values import is_blank, load_named_rubric, looks_like_rubric, plain, rubric_value
 
 JUDGE_ENV, RUBRIC_ENV, POLICY_ENV = "RUBRICRL_JUDGE", "RUBRICRL_RUBRIC", "RUBRICRL_ERROR_POLICY"
 DEFAULT_JUDGE = "exemplar+local"
@@ -77,7 +77,7 @@ class _Scorer:
     """One judge, default rubric and policy; turns verl samples into rows and rewards into dicts."""
 
     def __init__(self, judge: str, rubric: str | None, error_policy: str, soft: bool):
-        from ..judges import make_judge
+        from rubricrl.judges import make_judge
 
         if error_policy not in ERROR_POLICIES:
             raise ValueError(f"error_policy must be one of {ERROR_POLICIES}, not {error_policy!r} (verl needs a "

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import Judge, JudgeRequest, JudgeStats
-from .cache import CachedJudge, VerdictCache
-from .defences import Defences, DefenceStats
-from .routing import RoutedJudge
-from .rules import RuleJudge
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.cache import CachedJudge, VerdictCache
+from rubricrl.judges.defences import Defences, DefenceStats
+from rubricrl.judges.routing import RoutedJudge
+from rubricrl.judges.rules import RuleJudge
 
 __all__ = ["Judge", "JudgeRequest", "JudgeStats", "CachedJudge", "VerdictCache", "RoutedJudge", "RuleJudge",
            "make_judge", "JudgeSpecError", "Defences", "DefenceStats"]
@@ -48,7 +48,7 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
     on; `Defences.off()` or a `+defences:off` / `+defences:precheck=off,evidence=on` spec part changes them)."""
     kind, sep, rest = spec.strip().partition(":")
     if sep and kind in ("vote", "mean"):  # ensembles first: their members may hold `+` and `:`
-        from .ensemble import EnsembleJudge
+        from rubricrl.judges.ensemble import EnsembleJudge
 
         members = [m.strip() for m in rest.split("|")]
         if len(members) < 2 or not all(members):
@@ -74,20 +74,20 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
         if kind == "rules" and not arg:
             continue
         if kind == "local" and model_judge is None:
-            from ..models import cache_dir
-            from .local import LocalJudge
+            from rubricrl.llm.models import cache_dir
+            from rubricrl.judges.local import LocalJudge
 
             model_judge = LocalJudge(arg or None, threshold=threshold)
             if cache:
                 model_judge = CachedJudge(model_judge, VerdictCache(cache_path or cache_dir() / "verdicts.sqlite"))
         elif kind == "exemplar" and exemplar is None:
-            from .exemplar import ExemplarJudge
+            from rubricrl.judges.exemplar import ExemplarJudge
 
             exemplar = ExemplarJudge(arg or None)
         elif kind in ("openai", "llamacpp") and model_judge is None:
             model_judge = http_judge(kind, arg, threshold=threshold)
             if cache:
-                from ..models import cache_dir
+                from rubricrl.llm.models import cache_dir
 
                 model_judge = CachedJudge(model_judge, VerdictCache(cache_path or cache_dir() / "verdicts.sqlite"))
         else:
@@ -107,7 +107,7 @@ def _calibrated(judge: Judge, path: str | Path) -> Judge:
     """`judge` wrapped in a CalibratedJudge loaded from `path` (warns when fitted for another judge)."""
     import warnings
 
-    from .calibration import CalibratedJudge, Calibration, CalibrationError
+    from rubricrl.judges.calibration import CalibratedJudge, Calibration, CalibrationError
 
     try:
         calibration = Calibration.load(path)
@@ -121,14 +121,14 @@ def _calibrated(judge: Judge, path: str | Path) -> Judge:
 
 def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
     """An HTTPJudge for `openai:URL?...` or `llamacpp[:FILE.gguf][?...]` (see the module docstring)."""
-    from ..endpoint import ChatEndpoint, parse_endpoint_spec
-    from .http import MODES, ORDERS, HTTPJudge
+    from rubricrl.llm.endpoint import ChatEndpoint, parse_endpoint_spec
+    from rubricrl.judges.http import MODES, ORDERS, HTTPJudge
 
     label, server = None, None
     if kind == "llamacpp":
         from pathlib import Path
 
-        from ..llama_server import LlamaServer
+        from rubricrl.llm.llama_server import LlamaServer
 
         model, _, query = arg.partition("?")
         server = LlamaServer(model or None).start()

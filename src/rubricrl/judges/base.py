@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ..conversation import Conversation
-from ..rubric import Criterion
-from ..verdict import Status, Verdict
+from rubricrl.core.messages import Conversation
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..conversation import Conversation
-from ..rubric import Criterion
-from ..verdict import Status, Verdict
-from .base import Judge, JudgeRequest, JudgeStats
+from rubricrl.core.messages import Conversation
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
 
 SCHEMA_VERSION = 1
 

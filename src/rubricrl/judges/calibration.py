@@ -25,11 +25,11 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..jsonl import read_text
-from ..rubric import Criterion
-from ..verdict import Status, Verdict
-from .base import Judge, JudgeRequest, JudgeStats
-from .exemplar import criterion_key
+from rubricrl.core.jsonl import read_text
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.exemplar import criterion_key
 
 MIN_PER_CLASS = 3
 Threshold = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -202,7 +202,7 @@ def calibrate(labels: Sequence, verdicts: Sequence[Verdict], *, judge_id: str, b
               calibratable=lambda v: True) -> Calibration:
     """Split, fit on the fit part (only verdicts `calibratable` accepts), and measure the held-out
     agreement before (the judge's own decisions) and after (re-decided at the fitted thresholds)."""
-    from ..agreement import group_metrics
+    from rubricrl.judge_tools.agreement import group_metrics
 
     fit, held = split_heldout(labels, heldout, seed) if heldout > 0 else (list(range(len(labels))), [])
     fit_verdicts = [verdicts[i] if calibratable(verdicts[i]) else verdicts[i].model_copy(update={"p_met": None})

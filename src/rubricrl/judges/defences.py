@@ -41,8 +41,8 @@ from difflib import SequenceMatcher
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..rubric import Criterion
-from ..verdict import Status, Verdict
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict
 
 PLACEHOLDER = "[removed: verdict-like text]"
 PRECHECK_JUDGE_ID = "precheck"

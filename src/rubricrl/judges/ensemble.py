@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ..verdict import Status, Verdict, skipped_verdict
-from .base import Judge, JudgeRequest, JudgeStats
+from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
 
 MODES = ("vote", "mean")
 

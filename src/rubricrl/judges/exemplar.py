@@ -17,14 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoder import DEFAULT_ENCODER, embed
-from ..jsonl import read_text
-from ..rubric import Criterion
-from ..verdict import Status, Verdict, skipped_verdict
-from .base import JudgeRequest, JudgeStats
+from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
+from rubricrl.core.jsonl import read_text
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
+from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.core.resources import data_path
 
 MANIFEST = "manifest.json"
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "exemplars" / "fitted"
+BUNDLED_DIR = data_path("exemplars", "fitted")
 
 
 def criterion_key(text: str) -> str:

@@ -25,10 +25,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Literal
 
-from ..endpoint import ChatEndpoint, ChatResult, logprob_yes
-from ..verdict import Status, Verdict, error_verdict, skipped_verdict
-from . import http_prompts as prompts
-from .base import JudgeRequest, JudgeStats
+from rubricrl.llm.endpoint import ChatEndpoint, ChatResult, logprob_yes
+from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
+from rubricrl.judges import http_prompts as prompts
+from rubricrl.judges.base import JudgeRequest, JudgeStats
 
 Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
 MODES = ("per_criterion", "batched", "logprob", "implicit")

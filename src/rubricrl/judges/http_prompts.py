@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 
-from ..conversation import Conversation, render_transcript
-from ..rubric import Criterion
-from .prompt import SYSTEM as YESNO_SYSTEM
-from .prompt import USER as YESNO_USER
+from rubricrl.core.messages import Conversation, render_transcript
+from rubricrl.rubrics.model import Criterion
+from rubricrl.judges.prompt import SYSTEM as YESNO_SYSTEM
+from rubricrl.judges.prompt import USER as YESNO_USER
 
 PROMPT_VERSION = "http-v1"
 

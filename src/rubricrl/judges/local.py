@@ -15,10 +15,10 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..models import EMBEDDED, load_causal_lm
-from ..verdict import Status, Verdict, error_verdict
-from .base import JudgeRequest, JudgeStats
-from .prompt import TEMPLATE_VERSION, answer_token_ids, render_pieces
+from rubricrl.llm.models import EMBEDDED, load_causal_lm
+from rubricrl.core.verdicts import Status, Verdict, error_verdict
+from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.prompt import TEMPLATE_VERSION, answer_token_ids, render_pieces
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..conversation import Conversation, render_transcript
+from rubricrl.core.messages import Conversation, render_transcript
 
 TEMPLATE_VERSION = "yesno-v1"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..verdict import Verdict, skipped_verdict
-from .base import Judge, JudgeRequest, JudgeStats
-from .defences import Defences, DefenceStats, require_evidence, screen
-from .rules import RuleJudge
+from rubricrl.core.verdicts import Verdict, skipped_verdict
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.defences import Defences, DefenceStats, require_evidence, screen
+from rubricrl.judges.rules import RuleJudge
 
 GENERATIVE_MODES = ("per_criterion", "batched")  # judges whose `met` comes with a quotable explanation
 

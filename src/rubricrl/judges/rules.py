@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..checks import run_check
-from ..verdict import Status, Verdict, skipped_verdict
-from .base import JudgeRequest, JudgeStats
+from rubricrl.rubrics.checks import run_check
+from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
+from rubricrl.judges.base import JudgeRequest, JudgeStats
 
 
 class RuleJudge:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoder import DEFAULT_ENCODER, embed
-from ..jsonl import read_text
+from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
+from rubricrl.core.jsonl import read_text
+from rubricrl.core.resources import data_path
 
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "tactics" / "esconv8"
+BUNDLED_DIR = data_path("tactics", "esconv8")
 
 
 @dataclass(frozen=True)

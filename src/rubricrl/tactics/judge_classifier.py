@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..conversation import as_conversation
-from ..judges.base import Judge, JudgeRequest
-from ..rubric import Criterion
-from ..verdict import Status
-from .classifier import TacticClassifier, TurnExample
-from .taxonomy import Taxonomy
+from rubricrl.core.messages import as_conversation
+from rubricrl.judges.base import Judge, JudgeRequest
+from rubricrl.rubrics.model import Criterion
+from rubricrl.core.verdicts import Status
+from rubricrl.tactics.classifier import TacticClassifier, TurnExample
+from rubricrl.tactics.taxonomy import Taxonomy
 
 
 class JudgeTacticClassifier:

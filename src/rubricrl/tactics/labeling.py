@@ -13,12 +13,12 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..jsonl import iter_jsonl, write_jsonl
-from ..loading import Problem, RubricError
-from .classifier import TacticClassifier, TurnExample
-from .metrics import Stickiness, stickiness
-from .novelty import supporter_turns
-from .taxonomy import load_taxonomy
+from rubricrl.core.jsonl import iter_jsonl, write_jsonl
+from rubricrl.core.problems import Problem, RubricError
+from rubricrl.tactics.classifier import TacticClassifier, TurnExample
+from rubricrl.tactics.metrics import Stickiness, stickiness
+from rubricrl.tactics.novelty import supporter_turns
+from rubricrl.tactics.taxonomy import load_taxonomy
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:

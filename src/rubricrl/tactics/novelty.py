@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..rewards import completion_text
-from .classifier import TacticClassifier, TurnExample
+from rubricrl.rewards.functions import completion_text
+from rubricrl.tactics.classifier import TacticClassifier, TurnExample
 
 
 def overlap_novelty(current: set[str], earlier: Sequence[set[str]]) -> float:

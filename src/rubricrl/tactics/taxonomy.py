@@ -7,10 +7,11 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..jsonl import read_text
-from ..loading import Problem, RubricError
+from rubricrl.core.jsonl import read_text
+from rubricrl.core.problems import Problem, RubricError
+from rubricrl.core.resources import data_path
 
-BUNDLED = Path(__file__).resolve().parent.parent / "data" / "taxonomies"
+BUNDLED = data_path("taxonomies")
 
 
 class Tactic(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..jsonl import read_text
+from rubricrl.core.jsonl import read_text
 
 _STRICT = ConfigDict(extra="forbid")
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conversation import as_conversation
-from ..loading import Problem, RubricError, load_rubric, rubric_from_row, rubric_reference
-from ..rubric import Rubric
+from rubricrl.core.messages import as_conversation
+from rubricrl.core.problems import Problem, RubricError
+from rubricrl.rubrics.loading import load_rubric, rubric_from_row, rubric_reference
+from rubricrl.rubrics.model import Rubric
+from rubricrl.core.resources import data_path
 
-BUNDLED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts"
+BUNDLED_PROMPTS = data_path("prompts")
 
 
 @dataclass(frozen=True)

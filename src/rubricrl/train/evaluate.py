@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ..conversation import as_conversation
-from ..judges.base import Judge, JudgeRequest
-from ..rubric import Rubric
-from ..scoring import Estimate, bootstrap, score_row
-from .data import PromptRow
+from rubricrl.core.messages import as_conversation
+from rubricrl.judges.base import Judge, JudgeRequest
+from rubricrl.rubrics.model import Rubric
+from rubricrl.scoring.formulas import Estimate, bootstrap, score_row
+from rubricrl.train.data import PromptRow
 
 
 def generate(model, tokenizer, prompts: Sequence[list[dict]], max_new_tokens: int, batch_size: int = 8) -> list[str]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from ..judges import make_judge
-from ..jsonl import read_jsonl, write_jsonl
-from ..models import resolve
-from ..rewards import STRUCTURED_SPANS, FormatReward, LengthPenalty, RubricReward
-from .config import TrainConfig, load_config
-from .data import load_prompt_data
+from rubricrl.judges import make_judge
+from rubricrl.core.jsonl import read_jsonl, write_jsonl
+from rubricrl.llm.models import resolve
+from rubricrl.rewards.functions import STRUCTURED_SPANS, FormatReward, LengthPenalty, RubricReward
+from rubricrl.train.config import TrainConfig, load_config
+from rubricrl.train.data import load_prompt_data
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 # transformers 5 deprecation noise that TRL triggers on every step; nothing for a user to act on
@@ -73,9 +73,9 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from ..report import write_report
-    from .buffer import SelectiveSampleBuffer
-    from .trainer import RubricGRPOTrainer, RunFilesCallback
+    from rubricrl.reports.training import write_report
+    from rubricrl.train.buffer import SelectiveSampleBuffer
+    from rubricrl.train.trainer import RubricGRPOTrainer, RunFilesCallback
 
     started = time.time()
     run_dir = prepare_run_dir(config, resume)
@@ -104,8 +104,8 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
         reward_funcs.append(LengthPenalty(config.reward.length_max_words))
         weights.append(config.reward.length_weight)
     if config.reward.novelty_weight > 0:
-        from ..tactics.classifier import TacticClassifier
-        from ..tactics.novelty import NoveltyReward
+        from rubricrl.tactics.classifier import TacticClassifier
+        from rubricrl.tactics.novelty import NoveltyReward
 
         reward_funcs.append(NoveltyReward(TacticClassifier.load(config.reward.tactic_classifier),
                                           config.reward.novelty_mode))
@@ -167,14 +167,14 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
     dialogue rollout plays the conversations, emotion (and optionally rubric) rewards score them."""
     from datasets import Dataset
 
-    from ..chat import make_chat_model
-    from ..dialogue.grpo import DialogueRollout, opening_prompt
-    from ..dialogue.persona import load_personas
-    from ..dialogue.rewards import DialogueRubricReward, EmotionReward
-    from ..dialogue.user import SimulatedUser, UserSettings
-    from ..loading import bundled_rubric_path, load_rubric
-    from ..report import write_report
-    from .trainer import RubricGRPOTrainer, RunFilesCallback
+    from rubricrl.llm.chat import make_chat_model
+    from rubricrl.dialogue.grpo import DialogueRollout, opening_prompt
+    from rubricrl.dialogue.persona import load_personas
+    from rubricrl.dialogue.rewards import DialogueRubricReward, EmotionReward
+    from rubricrl.dialogue.user import SimulatedUser, UserSettings
+    from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
+    from rubricrl.reports.training import write_report
+    from rubricrl.train.trainer import RubricGRPOTrainer, RunFilesCallback
 
     d = config.dialogue
     loaded = load_personas(d.personas)
@@ -216,8 +216,8 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
 def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, log, label,
                    reuse: bool = True) -> dict | None:
     """Held-out evaluation written to `path`; a resumed run reuses an existing 'before' file."""
-    from ..scoring import bootstrap
-    from .evaluate import evaluate
+    from rubricrl.scoring.formulas import bootstrap
+    from rubricrl.train.evaluate import evaluate
 
     if reuse and path.is_file():
         records = read_jsonl(path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from ..rubric import Rubric
+from rubricrl.rubrics.model import Rubric
 
 HINT_HEADER = "\n\n(Guidance for your reply:"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from ..jsonl import append_lines
-from ..rubric import Rubric
-from .buffer import SelectiveSampleBuffer
-from .config import ScaffoldConfig
-from .scaffold import draw, hint_probability, hint_text, with_hint
+from rubricrl.core.jsonl import append_lines
+from rubricrl.rubrics.model import Rubric
+from rubricrl.train.buffer import SelectiveSampleBuffer
+from rubricrl.train.config import ScaffoldConfig
+from rubricrl.train.scaffold import draw, hint_probability, hint_text, with_hint
 
 
 class RubricGRPOTrainer(GRPOTrainer):

@@ -1,0 +1,3 @@
+from rubricrl.cli import app
+
+app()
