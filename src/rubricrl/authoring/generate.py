@@ -172,11 +172,15 @@ def extract_json(text: str) -> Any:
     text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip())
     try:
         return json.loads(text)
+    except RecursionError:  # nested deeper than Python can parse: no usable answer in it
+        return None
     except ValueError:
         pass
     for start in (i for i, ch in enumerate(text) if ch in "{["):
         try:
             return json.JSONDecoder().raw_decode(text[start:])[0]
+        except RecursionError:
+            return None
         except ValueError:
             continue
     return None

@@ -109,7 +109,7 @@ def _rows(path: Path) -> tuple[list[tuple[int, dict]], list[Problem]]:
     for number, text in iter_jsonl(path):
         try:
             item = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             problems.append(Problem(source=str(path), line=number, field="", message=f"not JSON: {exc}",
                                     fix="write one JSON object per line"))
             continue

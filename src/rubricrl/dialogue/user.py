@@ -134,7 +134,7 @@ def parse_analysis(text: str, max_change: int) -> Analysis | str:
         return "no JSON object"
     try:
         obj = json.loads(text[start:end + 1])
-    except ValueError:
+    except (ValueError, RecursionError):
         return "invalid JSON"
     change = obj.get("change") if isinstance(obj, dict) else None
     if (isinstance(change, bool) or not isinstance(change, (int, float))

@@ -124,7 +124,7 @@ def read_labels(path: str | Path) -> tuple[list[Label], list[Problem]]:
     for number, text in iter_jsonl(path):
         try:
             raw = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             problems.append(Problem(str(path), number, "", f"malformed JSON: {exc}", "fix the syntax of this line"))
             continue
         item = parse_label(raw, str(path), number)

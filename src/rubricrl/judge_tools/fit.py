@@ -46,7 +46,7 @@ def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: st
         for line, text in iter_jsonl(labels):
             try:
                 row = json.loads(text)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 problems.append(Problem(str(labels), line, "", f"malformed JSON: {exc}"))
                 continue
             if not isinstance(row, dict):

@@ -159,7 +159,7 @@ def rubric_from_row(row: dict, source: str, line: int) -> Rubric | None:
         if isinstance(value, str):  # a rubric serialised as a JSON string (common in parquet/CSV exports)
             try:
                 value = json.loads(value)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise RubricError([Problem(source, line, "rubric", f"string is not valid JSON: {exc}",
                                            "store the rubric as an object or a JSON string")]) from None
         return rubric_from_data(value, source, line)

@@ -25,7 +25,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     for line, text in iter_jsonl(path):
         try:
             row = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise RubricError([Problem(str(path), line, "", f"malformed JSON: {exc}")]) from None
         if not isinstance(row, dict) or not isinstance(row.get("messages"), list):
             raise RubricError([Problem(str(path), line, "messages", "each row needs a `messages` list",
@@ -82,7 +82,7 @@ def fit_examples(source: str | Path) -> tuple[list[TurnExample], list[str], str]
         for line, text in iter_jsonl(path):
             try:
                 row = json.loads(text)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise RubricError([Problem(str(path), line, "", f"malformed JSON: {exc}")]) from None
             if not isinstance(row, dict):
                 raise RubricError([Problem(str(path), line, "", "a row must be a JSON object")])
