@@ -1,5 +1,48 @@
-"""The `rubricrl` command (typer + rich): one module per command group, `rubricrl.cli:app` the entry point."""
+"""The `rubricrl` command (typer + rich); `rubricrl.cli:app` is the entry point.
 
-from rubricrl.cli.main import app
+One module per command group, each defining plain functions; this file builds the typer apps and
+registers every command, in the order `rubricrl --help` lists them:
+
+- `score`: score; `rubrics`: rubrics lint, generate, refine; `judge`: judge fit, agree, calibrate, audit;
+- `eval`: eval, compare, report; `train`: train; `simulate`: simulate; `tactics`: tactics classify,
+  stickiness, fit; `serve`: serve, llama-server;
+- shared by all: `options` (options several commands take, declared once) and `common` (consoles,
+  error exits, progress bars, the `--rubric` loader, the `--judge` builder).
+
+Heavy libraries (torch, transformers, trl, sklearn, httpx...) load inside the commands that use them,
+so `rubricrl --help` stays fast. Nothing outside `rubricrl.cli` imports from it."""
+
+import typer
+
+from rubricrl.cli import eval as eval_commands  # not `eval`: that is a builtin
+from rubricrl.cli import judge, rubrics, score, serve, simulate, tactics, train
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Rubric rewards for RL of language models: lint rubrics, judge, score.")
+rubrics_app = typer.Typer(no_args_is_help=True, help="Check rubric files.")
+app.add_typer(rubrics_app, name="rubrics")
+judge_app = typer.Typer(no_args_is_help=True, help="Fit and inspect judges.")
+app.add_typer(judge_app, name="judge")
+tactics_app = typer.Typer(no_args_is_help=True, help="Tactic labels, stickiness and classifiers.")
+app.add_typer(tactics_app, name="tactics")
+
+rubrics_app.command("lint")(rubrics.lint)
+rubrics_app.command("generate")(rubrics.rubrics_generate)
+rubrics_app.command("refine")(rubrics.rubrics_refine)
+app.command("score")(score.score)
+judge_app.command("fit")(judge.judge_fit)
+judge_app.command("agree")(judge.judge_agree)
+judge_app.command("calibrate")(judge.judge_calibrate)
+judge_app.command("audit")(judge.judge_audit)
+tactics_app.command("classify")(tactics.tactics_classify)
+tactics_app.command("stickiness")(tactics.tactics_stickiness)
+tactics_app.command("fit")(tactics.tactics_fit)
+app.command("train")(train.train)
+app.command("simulate")(simulate.simulate)
+app.command("llama-server")(serve.llama_server)
+app.command("eval")(eval_commands.eval_)
+app.command("compare")(eval_commands.compare)
+app.command("report")(eval_commands.report)
+app.command("serve")(serve.serve)
 
 __all__ = ["app"]

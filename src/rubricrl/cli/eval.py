@@ -1,49 +1,79 @@
-"""Bodies of the `rubricrl eval` and `rubricrl compare` commands: progress bars and rich tables
-around `evaluation.run_eval` and `comparison.compare_dirs` (cli.py only declares the options)."""
+"""`rubricrl eval` (generate with a policy, judge, aggregate; resumable), `rubricrl compare` (paired
+difference of two evals) and `rubricrl report` (rewrite a run's or an eval's report.html): progress
+bars and rich tables around `evaluation.run_eval` and `evaluation.compare.compare_dirs`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+import typer
 from rich.table import Table
 
-from rubricrl.cli.main import check_judge_errors, console, err, fail, refuse_clash, score_scope
-from rubricrl.evaluation.compare import Comparison, ComparisonError, ci, compare_dirs, comparison_html
-from rubricrl.evaluation.run import EvalError, EvalRequest, run_eval
+from rubricrl.cli.common import check_judge_errors, console, err, fail, progress, refuse_clash, score_scope
+from rubricrl.cli.options import MaxErrorRate, judge_option, rubric_option
 from rubricrl.scoring.summary import DEFAULT_MAX_ERROR_RATE, ModelCoverage
 
-COLUMNS = (TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-           TimeRemainingColumn())
+if TYPE_CHECKING:
+    from rubricrl.evaluation.compare import Comparison
 
 
-def eval_command(req: EvalRequest, *, max_error_rate: float = DEFAULT_MAX_ERROR_RATE) -> None:
-    """Run (or resume, or re-judge) an eval and print its summary; exit with code 1 when more than
-    `max_error_rate` of the model-judged verdicts are judge errors."""
-    from rubricrl.llm.chat import make_chat_model
+def eval_(
+    out: Annotated[Path, typer.Option(help="Eval directory: run.json, generations.jsonl, results.jsonl, summary.json, "
+                                           "report.html. Re-running the same command resumes it.")],
+    policy: Annotated[Optional[str], typer.Option(help="Policy to evaluate: local[:MODEL], llamacpp[:FILE.gguf] or "
+                                                       "openai:URL?model=NAME (default: the run's).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="JSONL prompts (HealthBench rows work as-is); a response "
+                                                      "field is ignored (default: the run's).")] = None,
+    judge: Annotated[Optional[str], judge_option("Judge spec as in `rubricrl score` (default: the run's, "
+                                                 "else exemplar+local).")] = None,
+    rubric: Annotated[Optional[Path], rubric_option("Rubric file or bundled name for rows without their own.")] = None,
+    samples: Annotated[Optional[int], typer.Option(min=1, help="Generations per row (default 1).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per generation (default 512).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(min=0.0, help="Sampling temperature (default 0).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed; sample k uses SEED+k (default 0).")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Generations in flight at once.")] = 4,
+    batch_size: Annotated[int, typer.Option(min=1, help="Units judged together.")] = 16,
+    rejudge: Annotated[bool, typer.Option("--rejudge", help="Re-score the saved generations (e.g. with another "
+                                                            "--judge); the old results are kept.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Generate the saved policy errors again "
+                                                                      "(they are final otherwise).")] = False,
+    max_error_rate: MaxErrorRate = DEFAULT_MAX_ERROR_RATE,
+):
+    """Generate with a policy, judge, and aggregate (HealthBench semantics); resumes after a kill.
+
+    Exit code 0: done; 1: done, but more than --max-error-rate of the model-judged verdicts are judge
+    errors; 2: refused (bad input or settings), see the message."""
+    from rubricrl.evaluation.run import EvalError, EvalRequest, run_eval
     from rubricrl.judges import JudgeSpecError, make_judge
+    from rubricrl.llm.chat import make_chat_model
     from rubricrl.llm.models import ModelNotFoundError
+    from rubricrl.reports.eval import write_eval_report
 
-    def policy(spec: str):
+    req = EvalRequest(out, policy, data, judge, rubric, samples, max_tokens, temperature, seed, concurrency, batch_size,
+                      rejudge, retry_errors)
+
+    def policy_model(spec: str):
         try:
             return make_chat_model(spec)
         except (ValueError, ModelNotFoundError, RuntimeError, OSError) as exc:
             raise EvalError(f"--policy {spec}: {exc}") from None
 
-    def judge(spec: str):
+    def judge_of(spec: str):
         try:
             return make_judge(spec)
         except (JudgeSpecError, ModelNotFoundError, OSError) as exc:
             raise EvalError(f"--judge {spec}: {exc}") from None
 
     try:
-        with Progress(*COLUMNS, console=err, transient=False) as progress:
+        with progress("{task.description:<10}") as bar:
             def phase(name: str, total: int):
-                task = progress.add_task(name, total=total)
-                return lambda n: progress.advance(task, n)
+                task = bar.add_task(name, total=total)
+                return lambda n: bar.advance(task, n)
 
-            outcome = run_eval(req, make_policy=policy, make_judge=judge, phase=phase)
+            outcome = run_eval(req, make_policy=policy_model, make_judge=judge_of, phase=phase)
+        report = write_eval_report(req.out)  # run_eval writes the data files; the HTML view is the command's
     except EvalError as exc:
         fail(str(exc))
     for problem in outcome.invalid_rows[:10]:
@@ -65,7 +95,7 @@ def eval_command(req: EvalRequest, *, max_error_rate: float = DEFAULT_MAX_ERROR_
         console.print(f"kept the previous results as {', '.join(outcome.archived)}", highlight=False)
     console.print(f"generated {outcome.generated_now} now ({outcome.generated_before} saved before), judged "
                   f"{outcome.judged_now} now ({outcome.judged_before} saved before); wrote {req.out}/summary.json and "
-                  f"{outcome.report}", highlight=False)
+                  f"{report}", highlight=False)
     check_judge_errors(model_judged(outcome.summary), outcome.summary["judge_error_reasons"], max_error_rate,
                        f"fix the judge, then re-judge the saved generations: `rubricrl eval --out {req.out} "
                        "--rejudge` (the current results are kept; cached verdicts cost no model call)")
@@ -118,7 +148,15 @@ def print_eval_summary(s: dict, title: str) -> None:
         console.print(table)
 
 
-def compare_command(dir_a: Path, dir_b: Path, json_out: Path | None, html_out: Path | None, top: int) -> None:
+def compare(
+    dir_a: Annotated[Path, typer.Argument(help="Eval directory A (the baseline).")],
+    dir_b: Annotated[Path, typer.Argument(help="Eval directory B; differences are B - A.")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparison as JSON.")] = None,
+    html_out: Annotated[Optional[Path], typer.Option("--html", help="Write the comparison as HTML.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Examples that changed most to list.")] = 10,
+):
+    """Paired difference of two evals (same row ids and samples) with a bootstrap CI, per criterion and tag."""
+    from rubricrl.evaluation.compare import ComparisonError, compare_dirs, comparison_html
     from rubricrl.evaluation.run import GENERATIONS, RESULTS, RUN_FILE, SUMMARY
 
     names = (RUN_FILE, GENERATIONS, RESULTS, SUMMARY, "report.html")
@@ -141,7 +179,21 @@ def compare_command(dir_a: Path, dir_b: Path, json_out: Path | None, html_out: P
         console.print(f"wrote {html_out}", highlight=False)
 
 
+def report(run_dir: Annotated[Path, typer.Argument(help="A training run or `rubricrl eval` directory.")]):
+    """(Re)write RUN_DIR/report.html from the run's files."""
+    from rubricrl.reports.eval import is_eval_dir, write_eval_report
+    from rubricrl.reports.training import write_report
+
+    try:
+        path = write_eval_report(run_dir) if is_eval_dir(run_dir) else write_report(run_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    console.print(f"wrote {path}", highlight=False)
+
+
 def print_comparison(c: Comparison) -> None:
+    from rubricrl.evaluation.compare import ci
+
     head = Table(title="rubricrl compare (B - A)", show_header=False)
     head.add_row("A", c.a)
     head.add_row("B", c.b)
