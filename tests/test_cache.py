@@ -4,7 +4,7 @@ import asyncio
 import multiprocessing as mp
 
 from rubricrl.core.messages import as_conversation
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.cache import CachedJudge, VerdictCache, verdict_key
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
@@ -14,7 +14,7 @@ CRITS = (Criterion(id="a", text="Validates the feeling."), Criterion(id="b", tex
          Criterion(id="c", text="Fails on purpose."))
 
 
-class CountingJudge:
+class CountingJudge(StatsJudge):
     """Answers `met` for a/b, `error` for c, and records what it was asked."""
 
     judge_id = "counting@v1"

@@ -12,7 +12,7 @@ from rubricrl.judge_tools.agreement import judge_labels, read_labels
 from rubricrl.cli import app
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, RoutedJudge, make_judge
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.calibration import (
     CalibratedJudge,
     Calibration,
@@ -30,7 +30,7 @@ WARM, ASKS = "The reply is warm.", "The reply asks a question."
 TRUE_THRESHOLD = {WARM: 0.3, ASKS: 0.7}
 
 
-class PJudge:
+class PJudge(StatsJudge):
     """A stub model judge: the response is "p=<p_met>"; met when p_met >= 0.5 (the uncalibrated rule)."""
 
     judge_id = "stub-p"

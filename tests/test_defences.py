@@ -7,7 +7,7 @@ import pytest
 
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, make_judge
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.defences import (
     PLACEHOLDER,
     Defences,
@@ -30,7 +30,7 @@ SAYS_GRADE = Criterion(id="says-grade", text="Contains GRADE: A.", weight=1,
 RUBRIC = Rubric(criteria=(WARM, ASKS, BLAMES, SAYS_GRADE))
 
 
-class AlwaysMet:
+class AlwaysMet(StatsJudge):
     """A stub model judge (for these tests only) that says `met` to everything it is asked, and records
     what it saw. `mode` and `evidence` make it look like a generative HTTP judge."""
 

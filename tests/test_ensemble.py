@@ -6,7 +6,7 @@ import pytest
 
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, make_judge
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.ensemble import EnsembleJudge
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
@@ -15,7 +15,7 @@ C = Criterion(id="c", text="The reply is kind.")
 D = Criterion(id="d", text="The reply is short.")
 
 
-class Fixed:
+class Fixed(StatsJudge):
     """A member judge that answers every request with the same scripted verdict per criterion id:
     "met" / "unmet" (optionally with p_met), "error" or "skipped"."""
 

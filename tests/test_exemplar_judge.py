@@ -10,7 +10,7 @@ import pytest
 from rubricrl.core.messages import as_conversation
 from rubricrl.judge_tools.fit import best_threshold, collect_examples, fit_exemplars
 from rubricrl.judges import make_judge
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.exemplar import ExemplarJudge, criterion_key, load_models
 from rubricrl.judges.routing import RoutedJudge
 from rubricrl.core.problems import RubricError
@@ -79,7 +79,7 @@ def test_round_trip_and_verdicts(fitted):
     assert criterion_key("The reply  EXPRESSES sorrow for what happened.") in models  # text, not id
 
 
-class YesJudge:
+class YesJudge(StatsJudge):
     judge_id = "yes"
 
     def __init__(self):

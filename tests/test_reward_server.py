@@ -19,7 +19,7 @@ from rubricrl.integrations.openrlhf import conversation_from_prompt, split_query
 from rubricrl.integrations.reward_server import RedactToken, create_app, uvicorn_config
 from rubricrl.serve.settings import ServerSettings, is_loopback, settings_from_options
 from rubricrl.judges import CachedJudge, RoutedJudge, VerdictCache, make_judge
-from rubricrl.judges.base import JudgeStats
+from rubricrl.judges.base import JudgeStats, StatsJudge
 from rubricrl.llm.llama_server import free_port
 from rubricrl.rubrics.loading import rubric_from_data
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
@@ -180,7 +180,7 @@ def test_shape_errors_are_422(client):
 
 # -- judge errors ----------------------------------------------------------------------------------
 
-class ErrorJudge:
+class ErrorJudge(StatsJudge):
     """Errors on responses containing 'ERR', met otherwise."""
 
     judge_id = "scripted"
@@ -315,7 +315,7 @@ def test_body_over_the_limit_is_413():
     assert metric(text, "rubricrl_requests_total", route="/", code="413") == 2
 
 
-class GateJudge:
+class GateJudge(StatsJudge):
     """Blocks every judge call until `release` is set; `entered` counts calls in progress."""
 
     judge_id = "gate"
@@ -385,7 +385,7 @@ def test_slow_request_is_504():
 
 # -- metrics ---------------------------------------------------------------------------------------
 
-class YesJudge:
+class YesJudge(StatsJudge):
     """A stand-in model judge: every criterion met; counts one model call per request."""
 
     judge_id = "yes"

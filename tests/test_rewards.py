@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from rubricrl.judges import make_judge
-from rubricrl.judges.base import JudgeStats
+from rubricrl.judges.base import JudgeStats, StatsJudge
 from rubricrl.rewards import FormatReward, JudgeFailure, LengthPenalty, RubricReward, completion_text
 from rubricrl.rubrics.model import Criterion, Rubric
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
@@ -40,7 +40,7 @@ def test_rubric_column_overrides_shared_rubric():
     assert values == pytest.approx([1.0, 1 / 3])  # row 2 falls back to the shared rubric: short only
 
 
-class ScriptedJudge:
+class ScriptedJudge(StatsJudge):
     """Returns an error verdict for responses containing 'ERR', met otherwise; counts requests."""
 
     judge_id = "scripted"

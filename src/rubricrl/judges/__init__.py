@@ -1,6 +1,7 @@
 """Judges: rules, a local transformers model, a cache, and the router that combines them.
 
-`make_judge(spec)` builds the judge a CLI `--judge` names. Declarative checks always go to the
+`make_judge(spec)` builds the judge a CLI `--judge` names; each kind below is a factory registered
+under its name (judges/registry.py, `registered_kinds()`). Declarative checks always go to the
 rule judge; the spec names what decides the other criteria, joined with `+`:
 - `rules`: nothing else; model-judged criteria are `skipped`;
 - `local` or `local:MODEL`: a local yes/no LLM judge (MODEL: hub id, directory or .gguf;
@@ -27,35 +28,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats
 from rubricrl.judges.cache import CachedJudge, VerdictCache
 from rubricrl.judges.defences import Defences, DefenceStats
+from rubricrl.judges.registry import (BuildOptions, JudgeSpecError, http_judge, lookup, register, registered_kinds,
+                                      unknown_spec)
 from rubricrl.judges.routing import RoutedJudge
 from rubricrl.judges.rules import RuleJudge
 
-__all__ = ["Judge", "JudgeRequest", "JudgeStats", "CachedJudge", "VerdictCache", "RoutedJudge", "RuleJudge",
-           "make_judge", "JudgeSpecError", "Defences", "DefenceStats"]
-
-
-class JudgeSpecError(ValueError):
-    pass
+__all__ = ["Judge", "JudgeReport", "JudgeRequest", "JudgeStats", "CachedJudge", "VerdictCache", "RoutedJudge",
+           "RuleJudge", "make_judge", "JudgeSpecError", "Defences", "DefenceStats", "register", "registered_kinds",
+           "http_judge"]
 
 
 def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Path | None = None,
                threshold: float = 0.5, calibration: str | Path | None = None,
                defences: Defences | None = None) -> RoutedJudge:
     """The judge a spec names, behind `defences` (default: `Defences()`, pre-checks and neutralisation
-    on; `Defences.off()` or a `+defences:off` / `+defences:precheck=off,evidence=on` spec part changes them)."""
+    on; `Defences.off()` or a `+defences:off` / `+defences:precheck=off,evidence=on` spec part changes them).
+    Each kind is built by its factory in the registry (judges/registry.py)."""
+    options = BuildOptions(cache=cache, cache_path=cache_path, threshold=threshold)
     kind, sep, rest = spec.strip().partition(":")
-    if sep and kind in ("vote", "mean"):  # ensembles first: their members may hold `+` and `:`
-        from rubricrl.judges.ensemble import EnsembleJudge
-
+    entry = lookup(kind)
+    if sep and entry is not None and entry.role == "ensemble":  # first: the members may hold `+` and `:`
         members = [m.strip() for m in rest.split("|")]
         if len(members) < 2 or not all(members):
             raise JudgeSpecError(f"judge spec {spec!r}: an ensemble needs two or more member specs separated by "
                                  f"`|`, e.g. `{kind}:local|exemplar+local`")
-        ensemble = EnsembleJudge(kind, [make_judge(m, cache=cache, cache_path=cache_path, threshold=threshold,
-                                                   defences=defences) for m in members])
+        ensemble = entry.build(kind, [make_judge(m, cache=cache, cache_path=cache_path, threshold=threshold,
+                                                 defences=defences) for m in members])
         return RoutedJudge(_calibrated(ensemble, calibration) if calibration is not None else ensemble,
                            defences=defences)
     model_judge: Judge | None = None
@@ -65,36 +66,23 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
         if "?" in kind:  # `llamacpp?mode=...`: options without a model
             kind, query = kind.split("?", 1)
             arg = "?" + query + (":" + arg if arg else "")
-        if kind == "defences":  # `+defences:off`, `+defences:precheck=off,evidence=on` (judges/defences.py)
+        entry = lookup(kind)
+        role = entry.role if entry is not None else None
+        if role == "defences":  # `+defences:off`, `+defences:precheck=off,evidence=on` (judges/defences.py)
             try:
-                defences = Defences.parse(arg, defences)
+                defences = entry.build(arg, defences)
+            except JudgeSpecError:
+                raise
             except ValueError as exc:
                 raise JudgeSpecError(f"judge spec {spec!r}: {exc}") from None
+        elif role == "rules" and not arg:
             continue
-        if kind == "rules" and not arg:
-            continue
-        if kind == "local" and model_judge is None:
-            from rubricrl.llm.models import cache_dir
-            from rubricrl.judges.local import LocalJudge
-
-            model_judge = LocalJudge(arg or None, threshold=threshold)
-            if cache:
-                model_judge = CachedJudge(model_judge, VerdictCache(cache_path or cache_dir() / "verdicts.sqlite"))
-        elif kind == "exemplar" and exemplar is None:
-            from rubricrl.judges.exemplar import ExemplarJudge
-
-            exemplar = ExemplarJudge(arg or None)
-        elif kind in ("openai", "llamacpp") and model_judge is None:
-            model_judge = http_judge(kind, arg, threshold=threshold)
-            if cache:
-                from rubricrl.llm.models import cache_dir
-
-                model_judge = CachedJudge(model_judge, VerdictCache(cache_path or cache_dir() / "verdicts.sqlite"))
-        else:
-            raise JudgeSpecError(f"unknown judge spec {spec!r}; use `rules`, `local`, `local:MODEL`, `exemplar`, "
-                                 "`exemplar:DIR`, `openai:URL`, `llamacpp[:FILE.gguf]`, a `+` combination such "
-                                 "as `exemplar+local`, or an ensemble `vote:SPEC1|SPEC2|...` / "
-                                 "`mean:SPEC1|SPEC2|...`")
+        elif role == "model" and model_judge is None:
+            model_judge = entry.build(arg, options)
+        elif role == "exemplar" and exemplar is None:
+            exemplar = entry.build(arg, options)
+        else:  # an unknown kind, a second model or exemplar judge, `rules:ARG`, or an ensemble without members
+            raise unknown_spec(spec)
     if calibration is not None:
         if model_judge is None:
             raise JudgeSpecError(f"a calibration re-decides a model judge's p_met, but judge spec {spec!r} has no "
@@ -117,36 +105,3 @@ def _calibrated(judge: Judge, path: str | Path) -> Judge:
         warnings.warn(f"calibration {path} was fitted for judge {calibration.judge_id!r} and is applied to "
                       f"{judge.judge_id!r}; its thresholds may not fit", stacklevel=3)
     return CalibratedJudge(judge, calibration)
-
-
-def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
-    """An HTTPJudge for `openai:URL?...` or `llamacpp[:FILE.gguf][?...]` (see the module docstring)."""
-    from rubricrl.llm.endpoint import ChatEndpoint, parse_endpoint_spec
-    from rubricrl.judges.http import MODES, ORDERS, HTTPJudge
-
-    label, server = None, None
-    if kind == "llamacpp":
-        from pathlib import Path
-
-        from rubricrl.llm.llama_server import LlamaServer
-
-        model, _, query = arg.partition("?")
-        server = LlamaServer(model or None).start()
-        label = f"llamacpp:{Path(server.model_path).name}"
-        arg = server.url + (f"?{query}" if query else "")
-    try:
-        config, extra = parse_endpoint_spec(arg)
-    except ValueError as exc:
-        raise JudgeSpecError(str(exc)) from None
-    mode = extra.pop("mode", "logprob" if kind == "llamacpp" else "per_criterion")
-    order = extra.pop("order", "auto")
-    if extra:
-        raise JudgeSpecError(f"unknown key(s) {sorted(extra)} in judge spec {kind}:{arg}; known: mode, order, "
-                             f"{', '.join(k for k in type(config).model_fields if k != 'base_url')}")
-    if mode not in MODES:
-        raise JudgeSpecError(f"unknown mode {mode!r} in judge spec; use one of {', '.join(MODES)}")
-    if order not in ORDERS:
-        raise JudgeSpecError(f"unknown order {order!r} in judge spec; use one of {', '.join(ORDERS)}")
-    judge = HTTPJudge(ChatEndpoint(config), mode, label=label, threshold=threshold, order=order)
-    judge.server = server  # keeps an in-process llama.cpp server alive as long as the judge
-    return judge

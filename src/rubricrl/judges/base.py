@@ -1,14 +1,19 @@
-"""The judge protocol: a batch of (conversation, response, criteria) in, one verdict per criterion out."""
+"""The judge protocol: a batch of (conversation, response, criteria) in, one verdict per criterion out,
+and a `report()` of what the judge has done so far (`JudgeReport`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rubricrl.core.messages import Conversation
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict
+from rubricrl.judges.defences import DefenceStats
+
+if TYPE_CHECKING:
+    from rubricrl.llm.endpoint import ChatEndpoint
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,72 @@ class JudgeStats:
                 key = v.reason.split(":", 1)[0][:80]
                 self.error_reasons[key] = self.error_reasons.get(key, 0) + 1
 
+    def snapshot(self) -> JudgeStats:
+        """A copy that later judging does not change."""
+        return replace(self, error_reasons=dict(self.error_reasons))
+
+
+@dataclass(frozen=True)
+class CacheUsage:
+    """Verdicts answered from the verdict cache (`hits`) and sent on to the judge (`misses`)."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def __add__(self, other: CacheUsage) -> CacheUsage:
+        return CacheUsage(self.hits + other.hits, self.misses + other.misses)
+
+
+@dataclass(frozen=True)
+class EndpointUsage:
+    """An HTTP endpoint's running totals (llm/endpoint.py EndpointStats): `calls` are logical calls,
+    `attempts` the HTTP requests sent, `retries` the re-attempts among them; `errors` by reason."""
+
+    url: str
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    errors: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, endpoint: ChatEndpoint) -> EndpointUsage:
+        s = endpoint.stats
+        return cls(endpoint.config.base_url, s.calls, s.attempts, s.retries, s.prompt_tokens, s.completion_tokens,
+                   s.cost, dict(s.errors))
+
+
+@dataclass(frozen=True)
+class JudgeReport:
+    """What a judge has done so far, as one value (a snapshot; judging on does not change it).
+
+    - `stats`: the judge's model calls, tokens, retries, cost, verdicts and error verdicts (for a
+      routed judge: its model judge's, or the rule judge's when it has none; cache hits excluded);
+    - `cache`: verdict-cache hits and misses, None without a cache;
+    - `endpoints`: the HTTP endpoints the judge calls, each with its usage (none for local judges);
+    - `defences`: the router's defence counts (judges/defences.py), None for other judges;
+    - `parts`: the reports it is made of: `rules`, `exemplar`, `model` for a routed judge,
+      `member1`, `member2`, ... for an ensemble; empty for a judge of one piece.
+    Wrappers (cache, calibration) report their inner judge's report under their own judge id."""
+
+    judge_id: str
+    stats: JudgeStats = field(default_factory=JudgeStats)
+    cache: CacheUsage | None = None
+    endpoints: tuple[EndpointUsage, ...] = ()
+    defences: DefenceStats | None = None
+    parts: Mapping[str, JudgeReport] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def combined_cache(reports: Sequence[JudgeReport]) -> CacheUsage | None:
+    """The sum of the reports' cache usage, None when none of them has a cache."""
+    caches = [r.cache for r in reports if r.cache is not None]
+    return sum(caches[1:], caches[0]) if caches else None
+
 
 @runtime_checkable
 class Judge(Protocol):
@@ -50,3 +121,18 @@ class Judge(Protocol):
     stats: JudgeStats
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]: ...
+
+    def report(self) -> JudgeReport:
+        """What the judge has done so far (a snapshot)."""
+        ...
+
+
+class StatsJudge:
+    """A judge of one piece: its report is its judge id and a copy of its `stats`. Subclass it (or
+    write `report()`) in a judge of your own."""
+
+    judge_id: str
+    stats: JudgeStats
+
+    def report(self) -> JudgeReport:
+        return JudgeReport(self.judge_id, self.stats.snapshot())

@@ -12,12 +12,13 @@ import json
 import sqlite3
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rubricrl.core.messages import Conversation
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict
-from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.base import CacheUsage, Judge, JudgeReport, JudgeRequest, JudgeStats
 
 SCHEMA_VERSION = 1
 
@@ -81,6 +82,12 @@ class CachedJudge:
     @property
     def stats(self) -> JudgeStats:
         return self.inner.stats
+
+    def report(self) -> JudgeReport:
+        """The inner judge's report with this cache's hits and misses (added to any cache inside)."""
+        inner = self.inner.report()
+        own = CacheUsage(self.hits, self.misses)
+        return replace(inner, judge_id=self.judge_id, cache=own + inner.cache if inner.cache else own)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         keys = [[verdict_key(self.judge_id, r.conversation, r.response, c) for c in r.criteria] for r in requests]

@@ -19,6 +19,7 @@ import hashlib
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rubricrl.core.jsonl import read_text
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict
-from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats
 from rubricrl.judges.exemplar import criterion_key
 
 MIN_PER_CLASS = 3
@@ -115,10 +116,9 @@ class CalibratedJudge:
     def stats(self) -> JudgeStats:
         return self.inner.stats
 
-    def __getattr__(self, name: str):  # cache hits/misses and the like of the wrapped judge
-        if name == "inner" or name.startswith("__"):  # not yet built (unpickling), or copy/pickle protocol
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    def report(self) -> JudgeReport:
+        """The inner judge's report (cache, endpoints, ...) under the calibrated judge id."""
+        return replace(self.inner.report(), judge_id=self.judge_id)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         answers = await self.inner.judge(requests)

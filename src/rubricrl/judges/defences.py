@@ -115,6 +115,11 @@ class DefenceStats:
     precheck_reasons: dict[str, int] = field(default_factory=dict)
     neutralised_kinds: dict[str, int] = field(default_factory=dict)
 
+    def snapshot(self) -> DefenceStats:
+        """A copy that later judging does not change."""
+        return DefenceStats(self.prechecked, self.neutralised, self.downgraded, dict(self.precheck_reasons),
+                            dict(self.neutralised_kinds))
+
     def to_dict(self) -> dict:
         return {"prechecked": self.prechecked, "neutralised": self.neutralised, "downgraded": self.downgraded,
                 "precheck_reasons": dict(self.precheck_reasons), "neutralised_kinds": dict(self.neutralised_kinds)}

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Sequence
 
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
-from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats, combined_cache
 
 MODES = ("vote", "mean")
 
@@ -42,6 +42,14 @@ class EnsembleJudge:
             total.retries += m.stats.retries
             total.cost += m.stats.cost
         return total
+
+    def report(self) -> JudgeReport:
+        """`stats` as above; the members' caches added up and their endpoints; each member's report
+        as part `member1`, `member2`, ..."""
+        members = [m.report() for m in self.members]
+        return JudgeReport(self.judge_id, self.stats, cache=combined_cache(members),
+                           endpoints=tuple(e for r in members for e in r.endpoints),
+                           parts={f"member{i}": r for i, r in enumerate(members, start=1)})
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         answers = await asyncio.gather(*(m.judge(requests) for m in self.members))

@@ -21,7 +21,7 @@ from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
 from rubricrl.core.jsonl import read_text
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.core.resources import data_path
 
 MANIFEST = "manifest.json"
@@ -94,7 +94,7 @@ def load_models(judge_dir: Path) -> tuple[str, dict[str, CriterionModel]]:
     return manifest["encoder"], models
 
 
-class ExemplarJudge:
+class ExemplarJudge(StatsJudge):
     """Decides the criteria it has a fitted model for; others are `skipped` (the router sends them
     to an LLM judge when one is configured)."""
 

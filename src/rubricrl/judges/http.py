@@ -28,7 +28,7 @@ from typing import Literal
 from rubricrl.llm.endpoint import ChatEndpoint, ChatResult, logprob_yes
 from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
 from rubricrl.judges import http_prompts as prompts
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import EndpointUsage, JudgeReport, JudgeRequest, JudgeStats
 
 Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
 MODES = ("per_criterion", "batched", "logprob", "implicit")
@@ -50,6 +50,9 @@ class HTTPJudge:
         self.judge_id = f"http:{name}/{mode}@{prompts.PROMPT_VERSION}" + (f",t={threshold:g}" if threshold != 0.5 else "")
         self.stats = JudgeStats()
         self.reasks = 0  # batched items re-asked alone
+
+    def report(self) -> JudgeReport:
+        return JudgeReport(self.judge_id, self.stats.snapshot(), endpoints=(EndpointUsage.of(self.endpoint),))
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         s = self.endpoint.stats

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from rubricrl.llm.models import EMBEDDED, load_causal_lm
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.prompt import TEMPLATE_VERSION, answer_token_ids, render_pieces
 
 
@@ -39,7 +39,7 @@ class _Pack:
         return len(self.response) + sum(len(s) for s in self.suffixes)
 
 
-class LocalJudge:
+class LocalJudge(StatsJudge):
     """Yes/no judge on a local transformers model (default: the embedded SmolLM2-135M)."""
 
     def __init__(self, model: str | None = None, *, threshold: float = 0.5, max_batch_tokens: int = 4096,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rubricrl.core.verdicts import Verdict, skipped_verdict
-from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats, combined_cache
 from rubricrl.judges.defences import Defences, DefenceStats, require_evidence, screen
 from rubricrl.judges.rules import RuleJudge
 
@@ -28,6 +28,17 @@ class RoutedJudge:
     @property
     def stats(self) -> JudgeStats:
         return self.model_judge.stats if self.model_judge else self.rules.stats
+
+    def report(self) -> JudgeReport:
+        """`stats` as above, the model judge's cache and endpoints, the defence counts, and the report
+        of each judge as part `rules`, `exemplar` and `model` (those that are configured)."""
+        parts = {name: judge.report() for name, judge in
+                 (("rules", self.rules), ("exemplar", self.exemplar_judge), ("model", self.model_judge))
+                 if judge is not None}
+        main = parts.get("model", parts["rules"])
+        return JudgeReport(self.judge_id, main.stats, cache=combined_cache(list(parts.values())),
+                           endpoints=tuple(e for r in parts.values() for e in r.endpoints),
+                           defences=self.defence_stats.snapshot(), parts=parts)
 
     def route(self, criterion) -> str:
         """`rules` for a check; else the criterion's preference (`judge: exemplar | llm`) when that

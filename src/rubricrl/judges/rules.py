@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from rubricrl.rubrics.checks import run_check
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
-from rubricrl.judges.base import JudgeRequest, JudgeStats
+from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 
 
-class RuleJudge:
+class RuleJudge(StatsJudge):
     judge_id = "rules"
 
     def __init__(self) -> None:
