@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -14,6 +14,9 @@ from rubricrl.cli.common import (check_judge_errors, console, err, fail, judge_o
 from rubricrl.cli.options import (DEFAULT_JUDGE, JUDGE_SPECS, CachePath, MaxErrorRate, NoCache, Threshold,
                                   calibration_option, judge_option, rubric_option)
 from rubricrl.scoring.summary import DEFAULT_MAX_ERROR_RATE, RunSummary
+
+if TYPE_CHECKING:
+    from rubricrl.judges.routing import RoutedJudge
 
 
 def score(
@@ -107,25 +110,22 @@ def score(
                        "fix the judge, then re-judge the rows with errors: the same command with --retry-errors")
 
 
-def print_judge_usage(the_judge) -> None:
-    """What the judge used: exemplar verdicts, model calls and cache hits, endpoint calls and cost, defences."""
-    exemplar = getattr(the_judge, "exemplar_judge", None)
+def print_judge_usage(the_judge: RoutedJudge) -> None:
+    """What the judge used (`judge.report()`): exemplar verdicts, model calls and cache hits, endpoint calls
+    and cost, defences."""
+    report = the_judge.report()
+    exemplar, model = report.parts.get("exemplar"), report.parts.get("model")
     if exemplar is not None:
         console.print(f"judge {exemplar.judge_id}: {exemplar.stats.verdicts} verdicts", highlight=False)
-    model = getattr(the_judge, "model_judge", None)
     if model is not None:
-        hits = getattr(model, "hits", None)
         console.print(f"judge {model.judge_id}: {model.stats.model_calls} model calls, {model.stats.tokens} tokens"
-                      + (f", cache hits {hits}, misses {model.misses}" if hits is not None else ""), highlight=False)
-    endpoint, inner = None, model  # through wrappers (calibration, cache) to an HTTP judge's endpoint
-    while inner is not None and endpoint is None:
-        endpoint, inner = getattr(inner, "endpoint", None), getattr(inner, "inner", None)
-    if endpoint is not None:
-        e = endpoint.stats
-        console.print(f"endpoint {endpoint.config.base_url}: {e.calls} calls, {e.retries} retries, "
+                      + (f", cache hits {model.cache.hits}, misses {model.cache.misses}" if model.cache else ""),
+                      highlight=False)
+    for e in report.endpoints:
+        console.print(f"endpoint {e.url}: {e.calls} calls, {e.retries} retries, "
                       f"{e.prompt_tokens}+{e.completion_tokens} tokens, cost {e.cost:.4f}"
                       + (f", failures {e.errors}" if e.errors else ""), highlight=False)
-    guard = getattr(the_judge, "defence_stats", None)  # judges/defences.py
+    guard = report.defences  # judges/defences.py
     if guard is not None:
         console.print(f"defences ({the_judge.defences.describe()}): {guard.prechecked} responses pre-checked, "
                       f"{guard.neutralised} neutralised, {guard.downgraded} verdicts downgraded", highlight=False)

@@ -10,11 +10,11 @@ import asyncio
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from rubricrl.rubrics.checks import tagged_spans
 from rubricrl.core.messages import Conversation, as_conversation
-from rubricrl.judges.base import Judge, JudgeRequest
+from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest
 from rubricrl.rubrics.loading import rubric_from_row
 from rubricrl.rubrics.model import Rubric
 from rubricrl.scoring.formulas import score_row
@@ -38,6 +38,16 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"completion must be a string or a list of messages, got {type(completion).__name__}")
 
 
+class SampleRecord(TypedDict):
+    """What a RubricReward call judged for one completion (a line of a run's samples.jsonl)."""
+
+    prompt: str  # the last message of the conversation judged (without scaffold hints)
+    completion: str
+    reward: float | None
+    note: str  # why the reward is not a plain score ("" when it is)
+    verdicts: list[dict]  # Verdict.model_dump(mode="json") per criterion
+
+
 class RubricReward:
     """Judge each completion against its row's rubric (column `rubric`) or a shared rubric.
 
@@ -46,6 +56,10 @@ class RubricReward:
     returns 0.0, `raise` raises JudgeFailure; every case is counted and logged. With
     `judged_span="response"` only the `<response>` span is judged and a completion without
     exactly one such span gets the rubric's hard-rule gate value without a judge call.
+
+    `last_records` holds one SampleRecord per completion of the last call; the trainer writes them
+    to samples.jsonl (train/trainer.py `SampleSource`). Judge spend and defence counts of each call
+    go to TRL's `log_metric`.
     """
 
     def __init__(self, judge: Judge, rubric: Rubric | None = None, *, error_policy: ErrorPolicy = "mask",
@@ -58,7 +72,7 @@ class RubricReward:
         self.soft, self.judged_span = soft, judged_span
         self.__name__ = name
         self.totals: Counter = Counter()
-        self.last_records: list[dict] = []  # what the last call judged, for sample logs and reports
+        self.last_records: list[SampleRecord] = []  # what the last call judged (samples.jsonl, reports)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
         rubrics = self._rubrics(columns.get("rubric"), len(prompts))
@@ -72,13 +86,10 @@ class RubricReward:
             if text is not None and key not in unique:
                 unique[key] = len(requests)
                 requests.append(JudgeRequest(conv, text, rubric.criteria))
-        stats = getattr(self.judge, "stats", None)
-        before = (stats.model_calls, stats.tokens, stats.cost) if stats is not None else None
-        guard = getattr(self.judge, "defence_stats", None)  # judges/defences.py counters of the router
-        guard_before = (guard.prechecked, guard.neutralised, guard.downgraded) if guard is not None else None
+        before = self.judge.report()
         answers = _run(self.judge.judge(requests)) if requests else []
         rewards: list[float | None] = []
-        records = []
+        records: list[SampleRecord] = []
         for conv, text, raw_text, rubric in zip(conversations, judged, texts, rubrics):
             if text is None:
                 reward, verdicts, note = rubric.hard_rule_gate, [], f"format: no single <{self.judged_span}> span"
@@ -87,20 +98,15 @@ class RubricReward:
                 verdicts = answers[unique[(conv, text, rubric.content_hash())]]
                 reward, note = self._reward(rubric, verdicts)
             rewards.append(reward)
-            records.append({"prompt": conv[-1].content, "completion": raw_text, "reward": reward, "note": note,
-                            "verdicts": [v.model_dump(mode="json") for v in verdicts]})
+            records.append(SampleRecord(prompt=conv[-1].content, completion=raw_text, reward=reward, note=note,
+                                        verdicts=[v.model_dump(mode="json") for v in verdicts]))
         self.totals["completions"] += len(texts)
         self.totals["judged"] += len(requests)
         self.last_records = records
-        _log_metrics(columns.get("log_metric"), self.__name__, records, len(requests), len(texts))
-        if before is not None and columns.get("log_metric") is not None:  # judge spend of this step
-            for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"), before,
-                                       (stats.model_calls, stats.tokens, stats.cost)):
-                columns["log_metric"](f"{self.__name__}/{key}", float(now - start))
-        if guard_before is not None and columns.get("log_metric") is not None:  # defences that fired this step
-            for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded"),
-                                       guard_before, (guard.prechecked, guard.neutralised, guard.downgraded)):
-                columns["log_metric"](f"{self.__name__}/{key}", float(now - start))
+        log_metric = columns.get("log_metric")
+        _log_metrics(log_metric, self.__name__, records, len(requests), len(texts))
+        if log_metric is not None:
+            _log_judge_spend(log_metric, self.__name__, before, self.judge.report())
         return rewards
 
     def _rubrics(self, column: Sequence[Any] | None, n: int) -> list[Rubric]:
@@ -140,7 +146,23 @@ class RubricReward:
         return score, ""
 
 
-def _log_metrics(log_metric: Callable[[str, float], None] | None, name: str, records: list[dict],
+def _log_judge_spend(log_metric: Callable[[str, float], None], name: str, before: JudgeReport,
+                     after: JudgeReport) -> None:
+    """The judge's spend in one call (model calls, tokens, cost) and, for a judge with defences (the
+    router), the defences that fired."""
+    for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"),
+                               (before.stats.model_calls, before.stats.tokens, before.stats.cost),
+                               (after.stats.model_calls, after.stats.tokens, after.stats.cost)):
+        log_metric(f"{name}/{key}", float(now - start))
+    d0, d1 = before.defences, after.defences
+    if d0 is not None and d1 is not None:
+        for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded"),
+                                   (d0.prechecked, d0.neutralised, d0.downgraded),
+                                   (d1.prechecked, d1.neutralised, d1.downgraded)):
+            log_metric(f"{name}/{key}", float(now - start))
+
+
+def _log_metrics(log_metric: Callable[[str, float], None] | None, name: str, records: list[SampleRecord],
                  judged: int, total: int) -> None:
     if log_metric is None:
         return

@@ -2,7 +2,7 @@
 
 Request counts and latency come from an ASGI middleware; row outcomes and verdict statuses from
 the handlers; the judge's own counters (model calls, tokens, error verdicts, cache hits) are read
-from the judge at scrape time, so they are never double-counted.
+from `judge.report()` at scrape time, so they are never double-counted.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rubricrl.judges.base import CacheUsage, Judge
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class ServerMetrics:
-    def __init__(self, judge, routes: tuple[str, ...]):
+    def __init__(self, judge: Judge, routes: tuple[str, ...]):
         self.registry = CollectorRegistry()
         self.routes = set(routes)
         r = self.registry
@@ -46,48 +48,31 @@ class ServerMetrics:
 
 
 class JudgeCollector(Collector):
-    """The judge's running totals, per part of a routed judge (rules, exemplar, model)."""
+    """The judge's running totals (`judge.report()`), per part of a routed judge (rules, exemplar, model)."""
 
-    def __init__(self, judge):
+    def __init__(self, judge: Judge):
         self.judge = judge
 
-    def parts(self) -> list[tuple[str, object]]:
-        found = [(name, getattr(self.judge, attr, None)) for name, attr in
-                 (("rules", "rules"), ("exemplar", "exemplar_judge"), ("model", "model_judge"))]
-        found = [(n, j) for n, j in found if j is not None]
-        return found or [("judge", self.judge)]
-
     def collect(self) -> Iterator[CounterMetricFamily]:
+        report = self.judge.report()
         families = {name: CounterMetricFamily(f"rubricrl_judge_{name}", doc, labels=["part"]) for name, doc in (
             ("model_calls", "Judge model forward passes or HTTP calls"),
             ("tokens", "Judge model tokens"),
             ("verdicts", "Verdicts the judge produced (cache hits excluded)"),
             ("error_verdicts", "Error verdicts the judge produced"))}
-        for part, judge in self.parts():
-            stats = getattr(judge, "stats", None)
-            if stats is None:
-                continue
-            families["model_calls"].add_metric([part], stats.model_calls)
-            families["tokens"].add_metric([part], stats.tokens)
-            families["verdicts"].add_metric([part], stats.verdicts)
-            families["error_verdicts"].add_metric([part], stats.errors)
+        for part, r in (report.parts or {"judge": report}).items():
+            families["model_calls"].add_metric([part], r.stats.model_calls)
+            families["tokens"].add_metric([part], r.stats.tokens)
+            families["verdicts"].add_metric([part], r.stats.verdicts)
+            families["error_verdicts"].add_metric([part], r.stats.errors)
         yield from families.values()
-        cache = self.cache()
+        cache = report.cache or CacheUsage()
         hits = CounterMetricFamily("rubricrl_judge_cache_hits", "Verdicts answered from the verdict cache")
         misses = CounterMetricFamily("rubricrl_judge_cache_misses", "Verdicts the cache did not hold")
-        hits.add_metric([], getattr(cache, "hits", 0))
-        misses.add_metric([], getattr(cache, "misses", 0))
+        hits.add_metric([], cache.hits)
+        misses.add_metric([], cache.misses)
         yield hits
         yield misses
-
-    def cache(self):
-        """The CachedJudge inside the model judge (through calibration wrappers), or None."""
-        judge = getattr(self.judge, "model_judge", None)
-        for _ in range(5):
-            if judge is None or hasattr(judge, "hits"):
-                return judge
-            judge = getattr(judge, "inner", None)
-        return None
 
 
 class RequestMetrics:

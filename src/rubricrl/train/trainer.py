@@ -5,7 +5,9 @@ generation, advantages, loss, optimisation, checkpoints — is TRL's own."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from transformers import TrainerCallback
 from trl import GRPOTrainer
@@ -55,10 +57,22 @@ class RubricGRPOTrainer(GRPOTrainer):
         return out
 
 
+class SampleSource(Protocol):
+    """A reward function that keeps what its last call judged: `last_records`, one JSON-ready dict
+    per completion, replaced (a new list) on every call. RubricReward (rewards/functions.py,
+    `SampleRecord`) and the dialogue rewards have it.
+
+    Why not TRL's `log_extra`: TRL 1.16 keeps those columns in the trainer's private `_logs` (for its
+    completions table, only with `log_completions`), with no public way for a callback to read them."""
+
+    @property
+    def last_records(self) -> Sequence[Mapping[str, Any]]: ...
+
+
 class RunFilesCallback(TrainerCallback):
     """Appends every log line to metrics.jsonl and every newly judged batch to samples.jsonl."""
 
-    def __init__(self, run_dir: Path, reward=None):
+    def __init__(self, run_dir: Path, reward: SampleSource | None = None):
         self.metrics_path = run_dir / "metrics.jsonl"
         self.samples_path = run_dir / "samples.jsonl"
         self.reward = reward
@@ -70,7 +84,9 @@ class RunFilesCallback(TrainerCallback):
             append_lines(self.metrics_path, [{"step": state.global_step, **logs}], allow_nan=True)
 
     def on_step_end(self, args, state, control, **kwargs):
-        records = getattr(self.reward, "last_records", None)
+        if self.reward is None:
+            return
+        records = self.reward.last_records
         if not records or records is self._last_written or not state.is_world_process_zero:
             return
         self._last_written = records
