@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from rubricrl.cli import app
 from rubricrl.evaluation.summary import row_estimate, summarize_eval
+from rubricrl.scoring.records import EvalRecord, read_records, record_line
 from rubricrl.scoring.formulas import bootstrap
 
 runner = CliRunner()
@@ -108,18 +109,24 @@ def test_healthbench_rows_as_is_scores_by_hand(tmp_path, hb_stub):
     assert record["example_tags"] == ["theme:emergency_referrals", "physician_agreed_category:emergent"]
     assert record["sample"] == 0 and record["response"] == HB_REPLIES["left arm"]
     assert record["verdicts"][0]["text"].startswith("Advises calling emergency services")
+    typed = read_records(out / "results.jsonl", EvalRecord)  # validated once; written back byte for byte
+    assert b"".join(record_line(r).encode() + b"\n" for r in typed) == (out / "results.jsonl").read_bytes()
+    assert {r.status for r in typed} == {"scored", "policy_error"}
+    assert typed[0].key == "hb-1#0" and typed[0].verdicts[0].text == record["verdicts"][0]["text"]
 
 
 def test_summary_of_hand_made_verdicts_and_seeded_bootstrap():
     def rec(row_id, sample, score, tags, themes=()):
-        return {"key": f"{row_id}#{sample}", "id": row_id, "sample": sample, "status": "scored", "score": score,
-                "tag_scores": tags, "example_tags": list(themes), "coverage": 1.0, "verdicts": []}
+        return EvalRecord(key=f"{row_id}#{sample}", id=row_id, line=1, sample=sample, status="scored", score=score,
+                          raw_score=score, gated=False, failed_hard_rules=(), coverage=1.0, n_error=0, n_skipped=0,
+                          tag_scores=tags, rubric_hash="h", rubric_source="file", verdicts=(),
+                          example_tags=list(themes), prompt="p", response="r", judge="rules")
 
     records = [rec("a", 0, 1.0, {"axis:x": 1.0}, ["theme:t"]), rec("a", 1, 0.5, {"axis:x": 0.0}, ["theme:t"]),
                rec("b", 0, 0.0, {"axis:x": 0.5}), rec("b", 1, -0.5, {}),
-               {"key": "c#0", "id": "c", "sample": 0, "status": "policy_error", "score": None, "problem": "timeout: x"},
-               {"key": "c#1", "id": "c", "sample": 1, "status": "scored", "score": 0.25, "tag_scores": {},
-                "example_tags": ["theme:t"], "verdicts": []}]
+               EvalRecord(key="c#0", id="c", line=3, sample=0, status="policy_error", problem="timeout: x",
+                          example_tags=(), prompt="p", response="", judge="rules"),
+               rec("c", 1, 0.25, {}, ["theme:t"])]
     s = summarize_eval(records, samples=2)
     # row means: a 0.75, b -0.25, c 0.25 (its policy error is left out) -> 0.25
     assert s.score.mean == pytest.approx(0.25) and s.score.n == 3 and s.score.units == 5

@@ -497,3 +497,51 @@ def test_other_commands_refuse_an_output_that_is_an_input(tmp_path, rubric_file,
     assert result.exit_code == 2, result.output
     assert "is the same file as" in result.output and "Nothing was written" in result.output
     assert victim.read_bytes() == before
+
+
+# -- result records --------------------------------------------------------------------------------
+
+def test_result_records_round_trip_a_real_score_output_byte_for_byte(tmp_path, rubric_file):
+    from rubricrl.scoring.records import read_records, record_line
+
+    rows = ROWS + [
+        {"id": "sep", "prompt": "hi", "response": "Sorry,\u2028 separators\u00a0and \u00e9\u00e8 stay as written."},
+        {"id": "empty", "prompt": "hi", "response": ""},
+        "{not json",
+        {"id": "own", "prompt": "hi", "response": "hello", "rubric": {"criteria": [
+            {"id": "m", "text": "Is warm.", "weight": 1, "tags": ["axis:warmth"]},
+            {"id": "r", "text": "Long.", "weight": -2, "check": {"type": "length", "min": 3}}]}},
+        {"id": "bad", "prompt": "x", "response": "y", "rubric": "no_such_rubric"},
+    ]
+    data = write_rows(tmp_path / "rows.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["score", "--data", str(data), "--out", str(out), "--rubric", str(rubric_file),
+                                 "--judge", "rules"])
+    assert result.exit_code == 0, result.output
+    records = read_records(out)
+    assert {r.status for r in records} == {"scored", "unscored", "invalid"}
+    assert b"".join(record_line(r).encode() + b"\n" for r in records) == out.read_bytes()
+    by_id = {r.id: r for r in records}
+    assert by_id["b"].gated and by_id["b"].failed_hard_rules == ("no-calm-down",) and by_id["b"].score == -0.25
+    assert by_id["own"].status == "unscored" and by_id["own"].rubric_source == "row"  # no positive criterion decided
+    assert [v.weight for v in by_id["own"].verdicts] == [1.0, -2.0]
+    assert by_id["own"].verdicts[0].tags == ("axis:warmth",)
+    assert by_id["line-7"].problem.startswith(f"{data}:7: malformed JSON") and by_id["line-7"].verdicts == ()
+
+
+@pytest.mark.parametrize("line, problem", [
+    ('{"id": "x", "line": 1, "status": "scored"', "malformed JSON"),
+    ('{"id": "x", "line": 1, "status": "scored", "score": 1.0}', "a scored record needs raw_score, gated"),
+    ('{"id": "x", "line": 1, "status": "invalid", "score": null, "problem": "p", "colour": "red"}', "colour: Extra"),
+    ('{"id": "x", "line": 1, "status": "done", "score": null, "problem": "p"}', "status: Input should be"),
+])
+def test_a_bad_result_line_names_the_file_and_line(tmp_path, rubric_file, line, problem):
+    from rubricrl.scoring.records import RecordError, read_records
+
+    out = tmp_path / "out.jsonl"
+    runner.invoke(app, ["score", "--data", str(write_rows(tmp_path / "rows.jsonl", ROWS[:2])), "--out", str(out),
+                        "--rubric", str(rubric_file), "--judge", "rules"])
+    assert len(read_records(out)) == 2
+    out.write_bytes(out.read_bytes() + line.encode() + b"\n")
+    with pytest.raises(RecordError, match=f"^{out}:3: not a rubricrl result line \\(.*{problem}"):
+        read_records(out)

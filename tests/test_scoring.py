@@ -14,6 +14,7 @@ from rubricrl.scoring.formulas import (
     score_row,
     tag_scores,
 )
+from rubricrl.scoring.records import RecordVerdict, ResultRecord
 from rubricrl.scoring.summary import summarize
 from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
 
@@ -281,23 +282,28 @@ def test_bootstrap_empty_raises(scores):
 # --------------------------------------------------------------------------- summarize
 
 
-def verdict_record(cid: str, status: str, reason: str = "") -> dict:
-    return v(cid, status, reason).model_dump(mode="json")
+def verdict_record(cid: str, status: str, reason: str = "") -> RecordVerdict:
+    return RecordVerdict(**dict(v(cid, status, reason)), weight=1.0, kind="principle")
+
+
+def judged(row_id: str, status: str, score: float | None, coverage: float, gated: bool, verdicts: list,
+           tag_scores: dict) -> ResultRecord:
+    return ResultRecord(id=row_id, line=1, status=status, score=score, raw_score=score, gated=gated,
+                        failed_hard_rules=(), coverage=coverage, n_error=0, n_skipped=0, tag_scores=tag_scores,
+                        rubric_hash="h", rubric_source="file", verdicts=verdicts)
 
 
 RECORDS = [
-    {"id": "r1", "status": "scored", "score": 0.8, "coverage": 1.0, "gated": False,
-     "verdicts": [verdict_record("c1", "met"), verdict_record("c2", "unmet")],
-     "tag_scores": {"axis:accuracy": 1.0, "axis:safety": 0.5}},
-    {"id": "r2", "status": "scored", "score": 0.2, "coverage": 0.5, "gated": True,
-     "verdicts": [verdict_record("c1", "unmet"), verdict_record("c2", "error", "timeout: judge took 30s")],
-     "tag_scores": {"axis:accuracy": 0.0}},
-    {"id": "r3", "status": "unscored", "score": None, "coverage": 0.0, "gated": False,
-     "verdicts": [verdict_record("c1", "unmet"), verdict_record("c2", "error", "timeout: again"),
-                  verdict_record("c3", "error", "parse error: no verdict"), verdict_record("c3", "error", ""),
-                  verdict_record("c4", "skipped", "not applicable")],
-     "tag_scores": {}},
-    {"id": "r4", "status": "invalid", "problem": "rows.jsonl:4: response: missing"},
+    judged("r1", "scored", 0.8, 1.0, False, [verdict_record("c1", "met"), verdict_record("c2", "unmet")],
+           {"axis:accuracy": 1.0, "axis:safety": 0.5}),
+    judged("r2", "scored", 0.2, 0.5, True,
+           [verdict_record("c1", "unmet"), verdict_record("c2", "error", "timeout: judge took 30s")],
+           {"axis:accuracy": 0.0}),
+    judged("r3", "unscored", None, 0.0, False,
+           [verdict_record("c1", "unmet"), verdict_record("c2", "error", "timeout: again"),
+            verdict_record("c3", "error", "parse error: no verdict"), verdict_record("c3", "error", ""),
+            verdict_record("c4", "skipped", "not applicable")], {}),
+    ResultRecord(id="r4", line=4, status="invalid", problem="rows.jsonl:4: response: missing"),
 ]
 
 
@@ -331,8 +337,7 @@ def test_summarize_to_dict_has_pass_rates():
 
 
 def test_summarize_clips_run_score():
-    records = [{"status": "scored", "score": -0.75, "verdicts": []},
-               {"status": "scored", "score": -0.25, "verdicts": []}]
+    records = [judged("a", "scored", -0.75, 1.0, False, [], {}), judged("b", "scored", -0.25, 1.0, False, [], {})]
     s = summarize(records, resamples=50)
     assert s.score is not None and s.score.mean == 0.0  # mean -0.5 clipped to 0
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rubricrl.scoring.batch import read_results
+from rubricrl.core.verdicts import Status
 from rubricrl.evaluation.summary import EstimateOut, criteria_key_mode, criterion_key, row_estimate
+from rubricrl.scoring.records import EvalRecord, EvalVerdict, RecordError, read_records
 from rubricrl.evaluation.run import RESULTS, is_eval_dir, load_run
 
 
@@ -71,22 +72,22 @@ class Comparison(BaseModel):
     notes: list[str]
 
 
-def load_results(path: Path) -> list[dict]:
+def load_results(path: Path) -> list[EvalRecord]:
     path = Path(path)
     if not is_eval_dir(path) or not (path / RESULTS).is_file():
         raise ComparisonError(f"{path} is not a `rubricrl eval` directory with {RESULTS} (run `rubricrl eval --out "
                               f"{path}` first)")
-    records = read_results(path / RESULTS)
-    if any("key" not in r for r in records):
-        raise ComparisonError(f"{path / RESULTS}: lines without `key`; not written by `rubricrl eval`")
-    return records
+    try:
+        return read_records(path / RESULTS, EvalRecord)
+    except RecordError as exc:
+        raise ComparisonError(f"{exc}; not written by `rubricrl eval`") from None
 
 
 def compare_dirs(a: Path, b: Path, *, top: int = 10, resamples: int = 1000, seed: int = 0) -> Comparison:
     """Compare eval directory `b` against `a` (differences are B - A)."""
-    rec_a, rec_b = ({r["key"]: r for r in load_results(p)} for p in (a, b))
-    scored_a = {k for k, r in rec_a.items() if r["status"] == "scored"}
-    scored_b = {k for k, r in rec_b.items() if r["status"] == "scored"}
+    rec_a, rec_b = ({r.key: r for r in load_results(p)} for p in (a, b))
+    scored_a = {k for k, r in rec_a.items() if r.status == "scored"}
+    scored_b = {k for k, r in rec_b.items() if r.status == "scored"}
     paired = sorted(scored_a & scored_b)
     unpaired_keys = {"only_in_a": sorted(rec_a.keys() - rec_b.keys()), "only_in_b": sorted(rec_b.keys() - rec_a.keys()),
                      "not_scored_in_both": sorted((rec_a.keys() & rec_b.keys()) - set(paired))}
@@ -99,46 +100,46 @@ def compare_dirs(a: Path, b: Path, *, top: int = 10, resamples: int = 1000, seed
     est = partial(row_estimate, resamples=resamples, seed=seed)
     mode = criteria_key_mode(pa + pb)
     return Comparison(
-        a=str(a), b=str(b), paired_units=len(paired), paired_rows=len({r["id"] for r in pa}),
-        score_a=est([(r["id"], r["score"]) for r in pa]), score_b=est([(r["id"], r["score"]) for r in pb]),
-        diff=est([(x["id"], y["score"] - x["score"]) for x, y in zip(pa, pb)], clip=False),
+        a=str(a), b=str(b), paired_units=len(paired), paired_rows=len({r.id for r in pa}),
+        score_a=est([(r.id, r.score) for r in pa]), score_b=est([(r.id, r.score) for r in pb]),
+        diff=est([(x.id, y.score - x.score) for x, y in zip(pa, pb)], clip=False),
         unpaired={k: len(v) for k, v in unpaired_keys.items()},
         unpaired_examples={k: v[:10] for k, v in unpaired_keys.items()},
         criteria_key=mode, criteria=criterion_diffs(pa, pb, mode), tags=tag_diffs(pa, pb, est),
         changed=changed_most(pa, pb, top), notes=setting_notes(a, b))
 
 
-def criterion_diffs(pa: list[dict], pb: list[dict], mode: str) -> list[CriterionDiff]:
+def criterion_diffs(pa: list[EvalRecord], pb: list[EvalRecord], mode: str) -> list[CriterionDiff]:
     """Pass rates over the units where both sides decided the criterion, largest change first."""
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # n, met in A, met in B
-    first: dict[str, dict] = {}
+    first: dict[str, EvalVerdict] = {}
     for x, y in zip(pa, pb):
-        vb = {v["criterion_id"]: v for v in y.get("verdicts") or []}
-        for va in x.get("verdicts") or []:
-            other = vb.get(va["criterion_id"])
-            if other is None or va["status"] not in ("met", "unmet") or other["status"] not in ("met", "unmet"):
+        vb = {v.criterion_id: v for v in y.verdicts}
+        for va in x.verdicts:
+            other = vb.get(va.criterion_id)
+            if other is None or not va.decided or not other.decided:
                 continue
             key = criterion_key(va, mode)
             first.setdefault(key, va)
             c = counts[key]
             c[0] += 1
-            c[1] += va["status"] == "met"
-            c[2] += other["status"] == "met"
-    out = [CriterionDiff(key=k, id=first[k]["criterion_id"], text=first[k].get("text", ""),
-                         weight=first[k].get("weight", 0.0), n=n, pass_a=ma / n, pass_b=mb / n, diff=(mb - ma) / n)
+            c[1] += va.status is Status.MET
+            c[2] += other.status is Status.MET
+    out = [CriterionDiff(key=k, id=first[k].criterion_id, text=first[k].text, weight=first[k].weight, n=n,
+                         pass_a=ma / n, pass_b=mb / n, diff=(mb - ma) / n)
            for k, (n, ma, mb) in counts.items()]
     return sorted(out, key=lambda c: (-abs(c.diff), c.key))
 
 
-def tag_diffs(pa: list[dict], pb: list[dict], est) -> list[TagDiff]:
+def tag_diffs(pa: list[EvalRecord], pb: list[EvalRecord], est) -> list[TagDiff]:
     """Per criterion tag (tag scores) and per example tag (unit scores), over paired units having it."""
     values: dict[tuple[str, str], list[tuple[str, float, float]]] = defaultdict(list)
     for x, y in zip(pa, pb):
-        ta, tb = x.get("tag_scores") or {}, y.get("tag_scores") or {}
+        ta, tb = x.tag_scores, y.tag_scores
         for tag in ta.keys() & tb.keys():
-            values[("criterion", tag)].append((x["id"], ta[tag], tb[tag]))
-        for tag in x.get("example_tags") or []:
-            values[("example", tag)].append((x["id"], x["score"], y["score"]))
+            values[("criterion", tag)].append((x.id, ta[tag], tb[tag]))
+        for tag in x.example_tags:
+            values[("example", tag)].append((x.id, x.score, y.score))
     out = []
     for (kind, tag), items in sorted(values.items()):
         out.append(TagDiff(tag=tag, kind=kind, mean_a=est([(i, va) for i, va, _ in items]).mean,
@@ -147,19 +148,17 @@ def tag_diffs(pa: list[dict], pb: list[dict], est) -> list[TagDiff]:
     return out
 
 
-def changed_most(pa: list[dict], pb: list[dict], top: int) -> list[ChangedExample]:
-    order = sorted(range(len(pa)), key=lambda i: (-abs(pb[i]["score"] - pa[i]["score"]), pa[i]["key"]))
+def changed_most(pa: list[EvalRecord], pb: list[EvalRecord], top: int) -> list[ChangedExample]:
+    order = sorted(range(len(pa)), key=lambda i: (-abs(pb[i].score - pa[i].score), pa[i].key))
     out = []
     for i in order[:top]:
         x, y = pa[i], pb[i]
-        vb = {v["criterion_id"]: v for v in y.get("verdicts") or []}
-        flipped = [{"criterion": v.get("text") or v["criterion_id"], "weight": v.get("weight"), "a": v["status"],
-                    "b": vb[v["criterion_id"]]["status"]}
-                   for v in x.get("verdicts") or [] if v["criterion_id"] in vb
-                   and vb[v["criterion_id"]]["status"] != v["status"]]
-        out.append(ChangedExample(key=x["key"], id=x["id"], sample=x.get("sample", 0), score_a=x["score"],
-                                  score_b=y["score"], diff=y["score"] - x["score"], prompt=x.get("prompt", "")[:500],
-                                  flipped=flipped))
+        vb = {v.criterion_id: v for v in y.verdicts}
+        flipped = [{"criterion": v.text or v.criterion_id, "weight": v.weight, "a": v.status.value,
+                    "b": vb[v.criterion_id].status.value}
+                   for v in x.verdicts if v.criterion_id in vb and vb[v.criterion_id].status is not v.status]
+        out.append(ChangedExample(key=x.key, id=x.id, sample=x.sample, score_a=x.score, score_b=y.score,
+                                  diff=y.score - x.score, prompt=x.prompt[:500], flipped=flipped))
     return out
 
 

@@ -6,8 +6,8 @@ An eval directory holds:
   resume with other settings is refused, a change of judge needs `--rejudge`;
 - `generations.jsonl`: one line per (row id, sample index), key `"<id>#<sample>"`; a policy
   failure (error or empty text) is a line with `error` set, counted and never judged;
-- `results.jsonl`: one result record (`batch_scoring.result_record` plus `key`, `sample`,
-  `example_tags`, `prompt`, `response`, `judge`) per (row id, sample), in data order;
+- `results.jsonl`: one result record (`scoring.records.EvalRecord`: a score result record plus `key`,
+  `sample`, `example_tags`, `prompt`, `response`, `judge`) per (row id, sample), in data order;
 - `summary.json` and `report.html` (`eval_summary.py`, `eval_report.py`).
 `--rejudge` re-scores the saved generations: the old results.jsonl and summary.json are kept as
 `results.<UTC time>.jsonl` / `summary.<UTC time>.json` and listed in run.json `archived`.
@@ -30,9 +30,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rubricrl.scoring.batch import existing_ids, read_results, score_rows
+from rubricrl.scoring.records import EvalRecord, EvalVerdict, ResultRecord, read_records
 from rubricrl.llm.endpoint import ChatResult
 from rubricrl.core.jsonl import dumps_line, iter_jsonl, read_text, write_raw_lines
 from rubricrl.core.problems import RubricError
+from rubricrl.judges.base import Judge, JudgeStats
 from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 from rubricrl.rubrics.rows import InvalidRow, ScoringRow, read_rows
 from rubricrl.rubrics.model import Rubric
@@ -116,8 +118,8 @@ class EvalOutcome:
     judged_before: int = 0
     archived: list[str] = field(default_factory=list)
     retried: int = 0  # policy errors dropped by --retry-errors to be generated again
-    judge_id: str | None = None  # the judge used by this invocation, with its running totals
-    judge_stats: object | None = None
+    judge_id: str | None = None  # the judge used by this invocation, with its running totals (judge.report())
+    judge_stats: JudgeStats | None = None
     invalid_rows: list[str] = field(default_factory=list)
     report: Path | None = None
 
@@ -297,7 +299,7 @@ def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[
     """What to judge, in data order: one unit per (row, sample), plus `annotate` that turns a judged
     record into an eval result record."""
     meta: dict[str, tuple[str, int, list, str]] = {}
-    units: list[ScoringRow | InvalidRow | dict] = []
+    units: list[ScoringRow | InvalidRow | EvalRecord] = []
     for row in rows:
         tags = _example_tags(row)
         prompt = _last_user_text(row)
@@ -307,21 +309,20 @@ def judging_units(rows: list[ScoringRow | InvalidRow], samples: int, gens: dict[
             if isinstance(row, InvalidRow):
                 units.append(replace(row, id=key))
             elif gens[key]["error"] is not None:
-                units.append({"key": key, "id": row.id, "sample": sample, "line": row.line, "status": "policy_error",
-                              "score": None, "problem": gens[key]["error"], "example_tags": tags, "prompt": prompt,
-                              "response": gens[key]["text"], "judge": judge_spec})
+                units.append(EvalRecord(key=key, id=row.id, sample=sample, line=row.line, status="policy_error",
+                                        score=None, problem=gens[key]["error"], example_tags=tags, prompt=prompt,
+                                        response=gens[key]["text"], judge=judge_spec))
             else:
                 units.append(replace(row, id=key, response=gens[key]["text"]))
 
-    def annotate(unit: ScoringRow | InvalidRow, record: dict) -> dict:
+    def annotate(unit: ScoringRow | InvalidRow, record: ResultRecord) -> EvalRecord:
         row_id, sample, tags, prompt = meta[unit.id]
         rubric = (unit.rubric or shared) if isinstance(unit, ScoringRow) else None
         texts = {c.id: c.text for c in rubric.criteria} if rubric else {}
-        out = {"key": unit.id, **record, "id": row_id, "sample": sample, "example_tags": tags, "prompt": prompt,
-               "response": unit.response if isinstance(unit, ScoringRow) else "", "judge": judge_spec}
-        if "verdicts" in out:
-            out["verdicts"] = [{**v, "text": texts.get(v["criterion_id"], "")} for v in out["verdicts"]]
-        return out
+        verdicts = [EvalVerdict(**dict(v), text=texts.get(v.criterion_id, "")) for v in record.verdicts]
+        return EvalRecord(**{**dict(record), "id": row_id, "verdicts": verdicts}, key=unit.id, sample=sample,
+                          example_tags=tags, prompt=prompt,
+                          response=unit.response if isinstance(unit, ScoringRow) else "", judge=judge_spec)
 
     return units, annotate
 
@@ -340,7 +341,7 @@ def _last_user_text(row: ScoringRow | InvalidRow) -> str:
     return users[-1] if users else (row.conversation[-1].content if row.conversation else "")
 
 
-def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_judge: Callable[[str], object],
+def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_judge: Callable[[str], Judge],
              phase: Phase | None = None) -> EvalOutcome:
     """Plan, generate what is missing, judge what is missing, summarise; see the module docstring."""
     from rubricrl.reports.eval import write_eval_report
@@ -387,12 +388,14 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
         result = score_rows(units, results_path, judge, shared, batch_size=req.batch_size, on_rows=advance,
                             key_field="key", annotate=annotate)
         outcome.judged_now, outcome.judged_before = result.written, result.skipped_existing
-        outcome.judge_id, outcome.judge_stats = getattr(judge, "judge_id", None), getattr(judge, "stats", None)
+        report = judge.report()
+        outcome.judge_id, outcome.judge_stats = report.judge_id, report.stats
         run.judging_complete = True
         write_json_atomic(out / RUN_FILE, run.model_dump(mode="json"))
     else:
-        outcome.judged_before = len(read_results(results_path))
-    outcome.summary = summarize_eval(read_results(results_path), samples=gen.samples).model_dump(mode="json")
+        outcome.judged_before = len(read_records(results_path, EvalRecord))
+    summary = summarize_eval(read_records(results_path, EvalRecord), samples=gen.samples)
+    outcome.summary = summary.model_dump(mode="json")
     write_json_atomic(out / SUMMARY, outcome.summary)
     outcome.report = write_eval_report(out)
     return outcome
@@ -403,7 +406,7 @@ def _check_results_judge(path: Path, judge: str) -> None:
     if not path.exists():
         return
     existing_ids(path, "key")
-    others = {r.get("judge") for r in read_results(path)} - {judge}
+    others = {r.judge for r in read_records(path, EvalRecord)} - {judge}
     if others:
         raise EvalError(f"{path} holds results judged by {sorted(map(str, others))}, not {judge!r}; re-score them "
                         "with --rejudge (the old results are kept)")

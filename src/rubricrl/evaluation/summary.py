@@ -13,86 +13,56 @@
   shows the headline if policy errors were scored 0 (a lower bound the reader can check).
 - Judge errors are left out of each unit's score; `model_judged` counts the model-judged verdicts
   (criteria without a declarative check) decided, failed and skipped, so a reader sees when the
-  score rests on the rule criteria alone (summary.ModelCoverage).
+  score rests on the rule criteria alone (scoring.summary.ModelCoverage).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel
 
-from rubricrl.scoring.formulas import bootstrap
-from rubricrl.scoring.summary import model_coverage
+from rubricrl.scoring.formulas import Estimate, bootstrap
+from rubricrl.scoring.records import EvalRecord, RecordVerdict, as_records
+from rubricrl.scoring.summary import CriterionStats, ModelCoverage, error_reason, mean_coverage, model_coverage, tally
 
-
-class EstimateOut(BaseModel):
-    """A clipped mean with bootstrap std and 95% CI; `n` rows (the resampled unit), `units` scores."""
-
-    mean: float
-    std: float
-    ci_low: float
-    ci_high: float
-    n: int
-    units: int
-
-
-class CriterionOut(BaseModel):
-    id: str
-    text: str = ""
-    weight: float
-    tags: list[str] = []
-    met: int = 0
-    unmet: int = 0
-    error: int = 0
-    skipped: int = 0
-
-    @computed_field
-    @property
-    def pass_rate(self) -> float | None:
-        decided = self.met + self.unmet
-        return self.met / decided if decided else None
-
-
-class ModelJudgedOut(BaseModel):
-    """Model-judged verdicts (criteria without a declarative check): decided, errors, skipped;
-    error_rate = errors / (decided + errors), None when there are none."""
-
-    verdicts: int = 0
-    decided: int = 0
-    errors: int = 0
-    skipped: int = 0
-    error_rate: float | None = None
+EstimateOut = Estimate  # the old name: one estimate type for score and eval summaries (scoring/formulas.py)
+CriterionOut = CriterionStats  # the old names of the shared summary parts (scoring/summary.py)
+ModelJudgedOut = ModelCoverage
 
 
 class EvalSummary(BaseModel):
+    """The summary.json of an eval directory. Its parts are the score summary's (Estimate,
+    CriterionStats, ModelCoverage); the top level keeps its own keys, which differ from a score
+    summary's where the numbers differ (units and rows, tags as bootstrap estimates)."""
+
     units: int  # result lines: (row id, sample) pairs
     rows: int
     samples: int
     status: dict[str, int]  # scored, unscored, invalid, policy_error
-    score: EstimateOut | None
-    score_errors_as_zero: EstimateOut | None = None  # only when there are policy errors
+    score: Estimate | None
+    score_errors_as_zero: Estimate | None = None  # only when there are policy errors
     mean_coverage: float | None
     gated: int
-    criterion_tags: dict[str, EstimateOut]
-    example_tags: dict[str, EstimateOut]
+    criterion_tags: dict[str, Estimate]
+    example_tags: dict[str, Estimate]
     criteria_key: Literal["id", "text"]  # text when rows carry different rubrics (HealthBench)
-    criteria: dict[str, CriterionOut]
+    criteria: dict[str, CriterionStats]
     judge_ids: list[str]
     judge_verdicts: int
     judge_errors: int
     judge_error_reasons: dict[str, int]
-    model_judged: ModelJudgedOut = ModelJudgedOut()
+    model_judged: ModelCoverage = ModelCoverage()
     policy_errors: int
     policy_error_reasons: dict[str, int]
     invalid_examples: list[str]
 
 
 def row_estimate(values: Iterable[tuple[str, float]], *, resamples: int = 1000, seed: int = 0,
-                 clip: bool = True) -> EstimateOut | None:
+                 clip: bool = True) -> Estimate | None:
     """Bootstrap estimate over rows of (row id, value) pairs; a row's values are averaged first."""
     by_row: dict[str, list[float]] = defaultdict(list)
     for row_id, value in values:
@@ -101,67 +71,52 @@ def row_estimate(values: Iterable[tuple[str, float]], *, resamples: int = 1000, 
         return None
     means = [float(np.mean(v)) for v in by_row.values()]
     e = bootstrap(means, resamples=resamples, seed=seed, clip=clip)
-    return EstimateOut(mean=e.mean, std=e.std, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n,
-                       units=sum(len(v) for v in by_row.values()))
+    return Estimate(mean=e.mean, std=e.std, ci_low=e.ci_low, ci_high=e.ci_high, n=e.n,
+                    units=sum(len(v) for v in by_row.values()))
 
 
-def criteria_key_mode(records: list[dict]) -> Literal["id", "text"]:
+def criteria_key_mode(records: Sequence[EvalRecord]) -> Literal["id", "text"]:
     """Criteria are keyed by id when every judged record has the same rubric, else by their text
     (per-row rubrics reuse ids like c1, c2 for different criteria)."""
-    hashes = {r.get("rubric_hash") for r in records if r.get("verdicts")}
+    hashes = {r.rubric_hash for r in records if r.verdicts}
     return "id" if len(hashes) <= 1 else "text"
 
 
-def criterion_key(verdict: dict, mode: str) -> str:
-    return (verdict.get("text") or verdict["criterion_id"]) if mode == "text" else verdict["criterion_id"]
+def criterion_key(verdict: RecordVerdict, mode: str) -> str:
+    return (verdict.criterion_text or verdict.criterion_id) if mode == "text" else verdict.criterion_id
 
 
-def _reason(text: str) -> str:
-    return (text or "").split(":", 1)[0][:80] or "unknown"
-
-
-def summarize_eval(records: list[dict], *, samples: int = 1, resamples: int = 1000, seed: int = 0) -> EvalSummary:
-    """The summary.json of an eval directory from its result records."""
-    status = Counter(r["status"] for r in records)
-    scored = [r for r in records if r["status"] == "scored"]
+def summarize_eval(records: Sequence[EvalRecord | dict], *, samples: int = 1, resamples: int = 1000,
+                   seed: int = 0) -> EvalSummary:
+    """The summary.json of an eval directory from its result records (plain dicts from `read_results`
+    are validated first)."""
+    records = as_records(records, EvalRecord)
+    status = Counter(r.status for r in records)
+    scored = [r for r in records if r.status == "scored"]
     tag_values: dict[str, list[tuple[str, float]]] = defaultdict(list)
     theme_values: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for r in scored:
-        for tag, value in (r.get("tag_scores") or {}).items():
-            tag_values[tag].append((r["id"], value))
-        for tag in r.get("example_tags") or []:
-            theme_values[tag].append((r["id"], r["score"]))
+        for tag, value in r.tag_scores.items():
+            tag_values[tag].append((r.id, value))
+        for tag in r.example_tags:
+            theme_values[tag].append((r.id, r.score))
     mode = criteria_key_mode(records)
-    criteria: dict[str, CriterionOut] = {}
-    judge_reasons: Counter = Counter()
-    judge_ids: set[str] = set()
-    verdicts = 0
-    for r in records:
-        for v in r.get("verdicts") or []:
-            verdicts += 1
-            judge_ids.add(v.get("judge_id", "?"))
-            key = criterion_key(v, mode)
-            c = criteria.setdefault(key, CriterionOut(id=v["criterion_id"], text=v.get("text", ""),
-                                                      weight=v.get("weight", 0.0), tags=v.get("tags") or []))
-            setattr(c, v["status"], getattr(c, v["status"]) + 1)
-            if v["status"] == "error":
-                judge_reasons[_reason(v.get("reason", ""))] += 1
-    policy = [r for r in records if r["status"] == "policy_error"]
-    coverage = [r["coverage"] for r in records if "coverage" in r]
-    with_errors = [(r["id"], r["score"]) for r in scored] + [(r["id"], 0.0) for r in policy]
+    counted = tally(records, key=lambda v: criterion_key(v, mode))
+    policy = [r for r in records if r.status == "policy_error"]
+    with_errors = [(r.id, r.score) for r in scored] + [(r.id, 0.0) for r in policy]
     return EvalSummary(
-        units=len(records), rows=len({r["id"] for r in records}), samples=samples,
+        units=len(records), rows=len({r.id for r in records}), samples=samples,
         status={k: status[k] for k in ("scored", "unscored", "invalid", "policy_error")},
-        score=row_estimate(((r["id"], r["score"]) for r in scored), resamples=resamples, seed=seed),
+        score=row_estimate(((r.id, r.score) for r in scored), resamples=resamples, seed=seed),
         score_errors_as_zero=row_estimate(with_errors, resamples=resamples, seed=seed) if policy else None,
-        mean_coverage=sum(coverage) / len(coverage) if coverage else None,
-        gated=sum(1 for r in records if r.get("gated")),
+        mean_coverage=mean_coverage(records),
+        gated=sum(1 for r in records if r.gated),
         criterion_tags={t: row_estimate(v, resamples=resamples, seed=seed) for t, v in sorted(tag_values.items())},
         example_tags={t: row_estimate(v, resamples=resamples, seed=seed) for t, v in sorted(theme_values.items())},
-        criteria_key=mode, criteria=criteria,
-        judge_ids=sorted(judge_ids), judge_verdicts=verdicts, judge_errors=sum(judge_reasons.values()),
-        judge_error_reasons=dict(judge_reasons.most_common()),
-        model_judged=ModelJudgedOut(**model_coverage(records).to_dict()),
-        policy_errors=len(policy), policy_error_reasons=dict(Counter(_reason(r.get("problem", "")) for r in policy)),
-        invalid_examples=list(dict.fromkeys(r.get("problem", "") for r in records if r["status"] == "invalid"))[:10],
+        criteria_key=mode, criteria=counted.criteria,
+        judge_ids=sorted(counted.judge_ids), judge_verdicts=counted.verdicts, judge_errors=counted.errors,
+        judge_error_reasons=dict(counted.error_reasons.most_common()),
+        model_judged=model_coverage(records),
+        policy_errors=len(policy), policy_error_reasons=dict(Counter(error_reason(r.problem) for r in policy)),
+        invalid_examples=list(dict.fromkeys(r.problem or "" for r in records if r.status == "invalid"))[:10],
     )

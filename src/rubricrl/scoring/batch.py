@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rubricrl.core.jsonl import dumps_line, iter_jsonl, read_jsonl
+from rubricrl.core.jsonl import iter_jsonl, read_jsonl
 from rubricrl.judges.base import Judge, JudgeRequest
 from rubricrl.rubrics.rows import InvalidRow, ScoringRow, read_rows
 from rubricrl.rubrics.model import Rubric
 from rubricrl.scoring.formulas import score_row
+from rubricrl.scoring.records import RecordVerdict, ResultRecord, record_line
 from rubricrl.core.verdicts import Verdict
 
 
@@ -55,23 +56,22 @@ def count_lines(path: Path) -> int:
         return sum(1 for line in handle if line.strip())
 
 
-def result_record(row: ScoringRow, rubric: Rubric, rubric_source: str, verdicts: list[Verdict]) -> dict:
+def result_record(row: ScoringRow, rubric: Rubric, rubric_source: str, verdicts: list[Verdict]) -> ResultRecord:
     s = score_row(rubric, verdicts)
     by_id = {c.id: c for c in rubric.criteria}
-    return {
-        "id": row.id, "line": row.line, "status": "scored" if s.score is not None else "unscored",
-        "score": s.score, "raw_score": s.raw_score, "gated": s.gated,
-        "failed_hard_rules": list(s.failed_hard_rules), "coverage": s.coverage,
-        "n_error": s.n_error, "n_skipped": s.n_skipped, "tag_scores": s.tag_scores,
-        "rubric_hash": rubric.content_hash(), "rubric_source": rubric_source,
-        "verdicts": [{**v.model_dump(mode="json"), "weight": by_id[v.criterion_id].weight,
-                      "kind": by_id[v.criterion_id].kind, "tags": list(by_id[v.criterion_id].tags)}
-                     for v in verdicts],
-    }
+    return ResultRecord(
+        id=row.id, line=row.line, status="scored" if s.score is not None else "unscored",
+        score=s.score, raw_score=s.raw_score, gated=s.gated, failed_hard_rules=s.failed_hard_rules,
+        coverage=s.coverage, n_error=s.n_error, n_skipped=s.n_skipped, tag_scores=s.tag_scores,
+        rubric_hash=rubric.content_hash(), rubric_source=rubric_source,
+        verdicts=[RecordVerdict(**dict(v), weight=by_id[v.criterion_id].weight, kind=by_id[v.criterion_id].kind,
+                                tags=by_id[v.criterion_id].tags) for v in verdicts])
 
 
-def invalid_record(row: InvalidRow) -> dict:
-    return {"id": row.id, "line": row.line, "status": "invalid", "score": None, "problem": str(row.problem)}
+def invalid_record(row: InvalidRow | ScoringRow, problem: str | None = None) -> ResultRecord:
+    """The record of a row that cannot be judged: `problem`, or the invalid row's own problem."""
+    return ResultRecord(id=row.id, line=row.line, status="invalid", score=None,
+                        problem=problem if problem is not None else str(row.problem))
 
 
 def score_file(data: Path, out: Path, judge: Judge, rubric: Rubric | None = None, *, batch_size: int = 16,
@@ -80,17 +80,20 @@ def score_file(data: Path, out: Path, judge: Judge, rubric: Rubric | None = None
     return score_rows(read_rows(data), Path(out), judge, rubric, batch_size=batch_size, on_rows=on_rows)
 
 
-def score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path, judge: Judge, rubric: Rubric | None = None,
-               *, batch_size: int = 16, on_rows: Callable[[int], None] | None = None, key_field: str = "id",
-               annotate: Callable[[ScoringRow | InvalidRow, dict], dict] | None = None) -> ScoreRunResult:
+def score_rows(rows: Iterable[ScoringRow | InvalidRow | ResultRecord], out: Path, judge: Judge,
+               rubric: Rubric | None = None, *, batch_size: int = 16, on_rows: Callable[[int], None] | None = None,
+               key_field: str = "id",
+               annotate: Callable[[ScoringRow | InvalidRow, ResultRecord], ResultRecord] | None = None
+               ) -> ScoreRunResult:
     """Score `rows` into `out` like `score_file`. A row is skipped when its id is already the
-    `key_field` of a line in `out`; a dict is a finished record (e.g. a failed generation), written
-    as is; `annotate(row, record)` adds fields to each judged or invalid row's record."""
+    `key_field` of a line in `out`; a ResultRecord is a finished record (e.g. a failed generation),
+    written as is; `annotate(row, record)` turns each judged or invalid row's record into the one written
+    (e.g. an EvalRecord)."""
     return asyncio.run(_score_rows(rows, Path(out), judge, rubric, batch_size, on_rows or (lambda n: None),
                                    key_field, annotate))
 
 
-async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path, judge: Judge,
+async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | ResultRecord], out: Path, judge: Judge,
                       rubric: Rubric | None, batch_size: int, on_rows: Callable[[int], None], key_field: str,
                       annotate: Callable | None) -> ScoreRunResult:
     done = existing_ids(out, key_field)
@@ -100,16 +103,16 @@ async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path,
         for batch in _batches(rows, batch_size):
             todo = []
             for row in batch:
-                if (row[key_field] if isinstance(row, dict) else row.id) in done:
+                if (row.unit_key if isinstance(row, ResultRecord) else row.id) in done:
                     skipped += 1
                     on_rows(1)
                 else:
                     todo.append(row)
             records = await _score_batch(todo, judge, rubric)
             if annotate is not None:
-                records = [r if isinstance(row, dict) else annotate(row, r) for row, r in zip(todo, records)]
+                records = [r if isinstance(row, ResultRecord) else annotate(row, r) for row, r in zip(todo, records)]
             for record in records:
-                sink.write(dumps_line(record) + "\n")
+                sink.write(record_line(record) + "\n")
             sink.flush()
             os.fsync(sink.fileno())
             written += len(records)
@@ -117,19 +120,19 @@ async def _score_rows(rows: Iterable[ScoringRow | InvalidRow | dict], out: Path,
     return ScoreRunResult(out, written, skipped)
 
 
-async def _score_batch(rows: list[ScoringRow | InvalidRow | dict], judge: Judge, shared: Rubric | None) -> list[dict]:
-    """One record per row, in order (a dict row is already a record)."""
-    records: list[dict | None] = [None] * len(rows)
+async def _score_batch(rows: list[ScoringRow | InvalidRow | ResultRecord], judge: Judge,
+                       shared: Rubric | None) -> list[ResultRecord]:
+    """One record per row, in order (a ResultRecord row is already a record)."""
+    records: list[ResultRecord | None] = [None] * len(rows)
     jobs = []
     for i, row in enumerate(rows):
-        if isinstance(row, dict):
+        if isinstance(row, ResultRecord):
             records[i] = row
         elif isinstance(row, InvalidRow):
             records[i] = invalid_record(row)
         elif row.rubric is None and shared is None:
-            records[i] = {"id": row.id, "line": row.line, "status": "invalid", "score": None,
-                          "problem": "no rubric: add `rubric` (or HealthBench `rubrics`) to the row, "
-                                     "or pass --rubric FILE"}
+            records[i] = invalid_record(row, "no rubric: add `rubric` (or HealthBench `rubrics`) to the row, "
+                                             "or pass --rubric FILE")
         else:
             rubric = row.rubric or shared
             jobs.append((i, row, rubric, "row" if row.rubric else "file"))
@@ -153,4 +156,7 @@ def _batches(items: Iterable, size: int) -> Iterable[list]:
 
 
 def read_results(out: Path) -> list[dict]:
+    """The lines of a result file as plain dicts, unvalidated. Kept for callers that index records by
+    key (cli/, reports/) until they move to `scoring.records.read_records`, which returns typed,
+    validated ResultRecords."""
     return read_jsonl(out)

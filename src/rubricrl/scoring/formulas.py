@@ -114,13 +114,23 @@ def score_row(rubric: Rubric, verdicts: Sequence[Verdict] | Mapping[str, Verdict
 
 @dataclass(frozen=True)
 class Estimate:
-    """A run-level mean with its bootstrap std and percentile 95% CI."""
+    """A run-level mean with its bootstrap std and percentile 95% CI over `n` resampled values.
+
+    `units`: how many scores were averaged into those `n` values, when that differs from one per value
+    (an eval with several samples per row resamples rows, `n`, of `units` scores); None otherwise.
+    Score and eval summaries, comparisons and training evaluations all use this one type."""
 
     mean: float
     std: float
     ci_low: float
     ci_high: float
     n: int
+    units: int | None = None
+
+    def to_dict(self) -> dict:
+        """mean, std, ci_low, ci_high, n, and units when it is set."""
+        out = {"mean": self.mean, "std": self.std, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
+        return out if self.units is None else {**out, "units": self.units}
 
 
 def clipped_mean(scores: Sequence[float]) -> float:

@@ -32,7 +32,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rubricrl.scoring.batch import existing_ids, read_results
+from rubricrl.scoring.batch import existing_ids
+from rubricrl.scoring.records import ResultRecord, as_records, read_records, write_records
 from rubricrl.rubrics.rows import ScoringRow, read_rows
 from rubricrl.rubrics.model import Rubric
 
@@ -129,9 +130,11 @@ def load_settings(out: Path) -> SettingsFile | None:
                             "file written by `rubricrl score`; move it away or choose another --out") from None
 
 
-def has_errors(record: dict) -> bool:
-    """A result with a judge error (scored from the other criteria, or unscored because of it)."""
-    return any(v.get("status") == "error" for v in record.get("verdicts") or [])
+def has_errors(record: ResultRecord | dict) -> bool:
+    """A result with a judge error (scored from the other criteria, or unscored because of it). A plain
+    dict (from `read_results`, still used by cli/score.py) is validated first."""
+    [record] = as_records([record])
+    return record.has_errors
 
 
 @dataclass
@@ -163,11 +166,11 @@ def plan_score(data: Path, out: Path, settings: ScoreSettings, shared: Rubric | 
                                 "yet; run without --retry-errors first")
         return ScorePlan("new", settings, previous)
     existing_ids(out)  # cut a torn last line; a line that is not a result is an error (never overwritten)
-    records = read_results(out) if out.exists() else []
+    records = read_records(out) if out.exists() else []
     if _has_lines(pending):
         existing_ids(pending)
-        merged = {r["id"]: r for r in read_results(pending)}
-        records = [merged.pop(r["id"], r) for r in records] + list(merged.values())
+        merged = {r.id: r for r in read_records(pending)}
+        records = [merged.pop(r.id, r) for r in records] + list(merged.values())
     plan = ScorePlan("resume", settings, previous, existing=len(records))
     changes = settings.changes_since(previous.settings) if previous is not None else []
     if not rejudge:  # a row's own rubric (or, for an OUT without settings file, the --rubric) changed
@@ -186,7 +189,7 @@ def plan_score(data: Path, out: Path, settings: ScoreSettings, shared: Rubric | 
             f"{out.stem}.<time>{out.suffix}; verdicts already in the verdict cache cost no model call), re-run with "
             "the settings it was scored with (--retry-errors re-judges only its rows with judge errors), or choose "
             "another --out")
-    errored = {r["id"] for r in records if has_errors(r)}
+    errored = {r.id for r in records if r.has_errors}
     if retry_errors:
         plan.mode, plan.retry_ids = "retry_errors", errored
     else:
@@ -201,10 +204,10 @@ def _has_lines(path: Path) -> bool:
         return any(line.strip() for line in handle)
 
 
-def _rubric_changes(data: Path, records: list[dict], shared: Rubric | None, *, own_only: bool) -> list[str]:
+def _rubric_changes(data: Path, records: list[ResultRecord], shared: Rubric | None, *, own_only: bool) -> list[str]:
     """Rows of `data` whose result in OUT was scored with another rubric than the row has now
     (`own_only`: rows with their own rubric; the --rubric is checked with the settings file)."""
-    written = {r["id"]: r.get("rubric_hash") for r in records if r.get("rubric_hash")}
+    written = {r.id: r.rubric_hash for r in records if r.rubric_hash}
     if not written:
         return []
     changed = []
@@ -255,21 +258,19 @@ def finish_retry(out: Path) -> int:
     if not pending.exists():
         return 0
     existing_ids(pending)
-    new = {r["id"]: r for r in read_results(pending)}
+    new = {r.id: r for r in read_records(pending)}
     if new:
         if out.exists():
             existing_ids(out)
-        old = read_results(out) if out.exists() else []
-        records = [new.pop(r["id"], r) for r in old] + list(new.values())
+        old = read_records(out) if out.exists() else []
+        records = [new.pop(r.id, r) for r in old] + list(new.values())
         _write_records_atomic(out, records)
     pending.unlink()
     return len(new)
 
 
-def _write_records_atomic(path: Path, records: list[dict]) -> None:
-    from rubricrl.core.jsonl import write_jsonl
-
-    write_jsonl(path, records, atomic=True)
+def _write_records_atomic(path: Path, records: list[ResultRecord]) -> None:
+    write_records(path, records, atomic=True)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

@@ -10,30 +10,36 @@ and exit non-zero when its error rate is above `--max-error-rate` (DEFAULT_MAX_E
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
+from pydantic import BaseModel, computed_field
+
+from rubricrl.core.verdicts import Status
 from rubricrl.scoring.formulas import Estimate, bootstrap
+from rubricrl.scoring.records import RecordVerdict, ResultRecord, as_records
 
 DEFAULT_MAX_ERROR_RATE = 0.5
 RULES_JUDGE_ID = "rules"  # judges/rules.py: every criterion with a declarative check, and only those
 
 
-def is_model_judged(verdict: dict) -> bool:
+def is_model_judged(verdict: RecordVerdict) -> bool:
     """A verdict on a criterion without a declarative check (the router sends every check, and only
     checks, to the rule judge; a model criterion with no model judge is `skipped` by the router)."""
-    return verdict.get("judge_id") != RULES_JUDGE_ID
+    return verdict.judge_id != RULES_JUDGE_ID
 
 
-@dataclass
-class ModelCoverage:
-    """Model-judged verdicts of a run: decided (met/unmet), errors (the judge failed: left out of the
-    score) and skipped (not judged on purpose, e.g. `--judge rules`)."""
+class ModelCoverage(BaseModel):
+    """Model-judged verdicts of a run (criteria without a declarative check): decided (met/unmet),
+    errors (the judge failed: left out of the score) and skipped (not judged on purpose, e.g.
+    `--judge rules`). The `model_judged` of score and eval summaries alike."""
 
     verdicts: int = 0
     decided: int = 0
     errors: int = 0
     skipped: int = 0
 
+    @computed_field
     @property
     def error_rate(self) -> float | None:
         """Errors / (decided + errors): the share of the verdicts a judge was asked for that failed
@@ -56,41 +62,106 @@ class ModelCoverage:
         return f"{self.decided} of {self.verdicts} decided" + (f" ({', '.join(parts)})" if parts else "")
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "error_rate": self.error_rate}
+        return self.model_dump()
 
 
-def model_coverage(records: list[dict]) -> ModelCoverage:
+def model_coverage(records: Iterable[ResultRecord]) -> ModelCoverage:
     """The model-judged verdicts of result records (`score` or `eval` records)."""
     c = ModelCoverage()
     for r in records:
-        for v in r.get("verdicts") or []:
+        for v in r.verdicts:
             if not is_model_judged(v):
                 continue
             c.verdicts += 1
-            if v["status"] in ("met", "unmet"):
+            if v.decided:
                 c.decided += 1
-            elif v["status"] == "error":
+            elif v.status is Status.ERROR:
                 c.errors += 1
             else:
                 c.skipped += 1
     return c
 
 
-@dataclass
-class CriterionStats:
+class CriterionStats(BaseModel):
+    """One criterion's verdicts over a run: met, unmet, error, skipped, and the pass rate over the
+    decided ones; with the criterion's id, text (eval records carry it), weight and tags."""
+
+    id: str
+    text: str = ""
+    weight: float = 0.0
+    tags: list[str] = []
     met: int = 0
     unmet: int = 0
     error: int = 0
     skipped: int = 0
 
+    @computed_field
     @property
     def pass_rate(self) -> float | None:
         decided = self.met + self.unmet
         return self.met / decided if decided else None
 
+    def add(self, status: Status) -> None:
+        if status is Status.MET:
+            self.met += 1
+        elif status is Status.UNMET:
+            self.unmet += 1
+        elif status is Status.ERROR:
+            self.error += 1
+        else:
+            self.skipped += 1
+
+    def counts(self) -> dict:
+        """met, unmet, error, skipped and pass_rate (what a score summary lists per criterion)."""
+        return self.model_dump(include={"met", "unmet", "error", "skipped", "pass_rate"})
+
+
+def error_reason(text: str) -> str:
+    """The counted reason of an error (verdict or policy): the part before the first colon."""
+    return (text or "").split(":", 1)[0][:80] or "unknown"
+
+
+@dataclass
+class VerdictTally:
+    """Every verdict of some records, counted: per criterion (by a key), error reasons (in the order
+    first seen), judge ids."""
+
+    verdicts: int = 0
+    criteria: dict[str, CriterionStats] = field(default_factory=dict)
+    error_reasons: Counter = field(default_factory=Counter)
+    judge_ids: set[str] = field(default_factory=set)
+
+    @property
+    def errors(self) -> int:
+        return sum(self.error_reasons.values())
+
+
+def tally(records: Iterable[ResultRecord], key: Callable[[RecordVerdict], str]) -> VerdictTally:
+    t = VerdictTally()
+    for r in records:
+        for v in r.verdicts:
+            t.verdicts += 1
+            t.judge_ids.add(v.judge_id)
+            stats = t.criteria.get(key(v))
+            if stats is None:
+                stats = t.criteria[key(v)] = CriterionStats(id=v.criterion_id, text=v.criterion_text,
+                                                            weight=v.weight, tags=list(v.tags))
+            stats.add(v.status)
+            if v.status is Status.ERROR:
+                t.error_reasons[error_reason(v.reason)] += 1
+    return t
+
+
+def mean_coverage(records: Sequence[ResultRecord]) -> float | None:
+    """The mean coverage of the judged records; None when there are none."""
+    coverage = [r.coverage for r in records if r.judged]
+    return sum(coverage) / len(coverage) if coverage else None
+
 
 @dataclass
 class RunSummary:
+    """The summary of a `rubricrl score` output (OUT_STEM.summary.json: `to_dict()`)."""
+
     rows: int
     scored: int
     unscored: int
@@ -102,42 +173,36 @@ class RunSummary:
     errors: int
     error_reasons: dict[str, int]
     model_judged: ModelCoverage = field(default_factory=ModelCoverage)
-    criteria: dict[str, CriterionStats] = field(default_factory=dict)
-    tags: dict[str, float] = field(default_factory=dict)
+    criteria: dict[str, CriterionStats] = field(default_factory=dict)  # by criterion id
+    tags: dict[str, float] = field(default_factory=dict)  # plain mean of each tag's row scores
     invalid_examples: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        out = asdict(self)
-        out["criteria"] = {k: {**asdict(v), "pass_rate": v.pass_rate} for k, v in self.criteria.items()}
-        out["model_judged"] = self.model_judged.to_dict()
-        return out
+        return {"rows": self.rows, "scored": self.scored, "unscored": self.unscored, "invalid": self.invalid,
+                "score": self.score.to_dict() if self.score else None, "mean_coverage": self.mean_coverage,
+                "gated_rows": self.gated_rows, "verdicts": self.verdicts, "errors": self.errors,
+                "error_reasons": dict(self.error_reasons), "model_judged": self.model_judged.to_dict(),
+                "criteria": {k: v.counts() for k, v in self.criteria.items()}, "tags": dict(self.tags),
+                "invalid_examples": list(self.invalid_examples)}
 
 
-def summarize(records: list[dict], *, resamples: int = 1000, seed: int = 0) -> RunSummary:
-    status = Counter(r["status"] for r in records)
-    scores = [r["score"] for r in records if r["status"] == "scored"]
-    criteria: dict[str, CriterionStats] = defaultdict(CriterionStats)
+def summarize(records: Sequence[ResultRecord | dict], *, resamples: int = 1000, seed: int = 0) -> RunSummary:
+    """The summary of result records (plain dicts from `read_results` are validated first)."""
+    records = as_records(records)
+    status = Counter(r.status for r in records)
+    scores = [r.score for r in records if r.status == "scored"]
     tag_values: dict[str, list[float]] = defaultdict(list)
-    reasons: Counter = Counter()
-    verdicts = errors = 0
     for r in records:
-        for tag, value in (r.get("tag_scores") or {}).items():
+        for tag, value in r.tag_scores.items():
             tag_values[tag].append(value)
-        for v in r.get("verdicts", []):
-            verdicts += 1
-            stats = criteria[v["criterion_id"]]
-            setattr(stats, v["status"], getattr(stats, v["status"]) + 1)
-            if v["status"] == "error":
-                errors += 1
-                reasons[v["reason"].split(":", 1)[0][:80] or "unknown"] += 1
-    coverage = [r["coverage"] for r in records if "coverage" in r]
+    t = tally(records, key=lambda v: v.criterion_id)
     return RunSummary(
         rows=len(records), scored=status["scored"], unscored=status["unscored"], invalid=status["invalid"],
         score=bootstrap(scores, resamples=resamples, seed=seed) if scores else None,
-        mean_coverage=sum(coverage) / len(coverage) if coverage else None,
-        gated_rows=sum(1 for r in records if r.get("gated")),
-        verdicts=verdicts, errors=errors, error_reasons=dict(reasons), model_judged=model_coverage(records),
-        criteria=dict(sorted(criteria.items())),
-        tags={t: sum(v) / len(v) for t, v in sorted(tag_values.items())},
-        invalid_examples=[r["problem"] for r in records if r["status"] == "invalid"][:10],
+        mean_coverage=mean_coverage(records),
+        gated_rows=sum(1 for r in records if r.gated),
+        verdicts=t.verdicts, errors=t.errors, error_reasons=dict(t.error_reasons), model_judged=model_coverage(records),
+        criteria=dict(sorted(t.criteria.items())),
+        tags={tag: sum(v) / len(v) for tag, v in sorted(tag_values.items())},
+        invalid_examples=[r.problem for r in records if r.status == "invalid"][:10],
     )

@@ -11,7 +11,6 @@ import json
 import os
 import time
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
@@ -227,5 +226,5 @@ def _evaluate_once(path: Path, model, tokenizer, data, judge, max_new_tokens, lo
         log(f"held-out evaluation ({label}): {len(data.heldout)} prompts")
         records, estimate = evaluate(model, tokenizer, data.heldout, data.rubrics, judge, max_new_tokens)
         write_jsonl(path, records, allow_nan=True)
-    return {"estimate": asdict(estimate) if estimate else None,
+    return {"estimate": estimate.to_dict() if estimate else None,
             "errors": sum(r["n_error"] for r in records), "rows": len(records)}
