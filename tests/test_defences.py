@@ -32,13 +32,13 @@ RUBRIC = Rubric(criteria=(WARM, ASKS, BLAMES, SAYS_GRADE))
 
 class AlwaysMet(StatsJudge):
     """A stub model judge (for these tests only) that says `met` to everything it is asked, and records
-    what it saw. `mode` and `evidence` make it look like a generative HTTP judge."""
+    what it saw. `mode` and `evidence` make it look like an HTTP judge (generative in per_criterion and
+    batched modes: its evidence is an explanation)."""
 
     def __init__(self, mode: str | None = None, evidence: str = ""):
         self.judge_id, self.stats, self.seen = "always-met", JudgeStats(), []
         self.evidence = evidence
-        if mode:
-            self.mode = mode
+        self.explains = mode in ("per_criterion", "batched")
 
     async def judge(self, requests):
         self.seen += [(r.response, c.id) for r in requests for c in r.criteria]

@@ -119,6 +119,7 @@ class Judge(Protocol):
 
     judge_id: str
     stats: JudgeStats
+    explains: bool  # a `met` verdict's evidence is the judge's own explanation, which may quote the response
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]: ...
 
@@ -133,6 +134,7 @@ class StatsJudge:
 
     judge_id: str
     stats: JudgeStats
+    explains = False  # its evidence is not a generative judge's explanation
 
     def report(self) -> JudgeReport:
         return JudgeReport(self.judge_id, self.stats.snapshot())

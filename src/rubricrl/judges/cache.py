@@ -83,6 +83,10 @@ class CachedJudge:
     def stats(self) -> JudgeStats:
         return self.inner.stats
 
+    @property
+    def explains(self) -> bool:
+        return self.inner.explains
+
     def report(self) -> JudgeReport:
         """The inner judge's report with this cache's hits and misses (added to any cache inside)."""
         inner = self.inner.report()

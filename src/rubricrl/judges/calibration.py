@@ -116,6 +116,10 @@ class CalibratedJudge:
     def stats(self) -> JudgeStats:
         return self.inner.stats
 
+    @property
+    def explains(self) -> bool:
+        return self.inner.explains
+
     def report(self) -> JudgeReport:
         """The inner judge's report (cache, endpoints, ...) under the calibrated judge id."""
         return replace(self.inner.report(), judge_id=self.judge_id)

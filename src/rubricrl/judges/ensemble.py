@@ -22,6 +22,8 @@ MODES = ("vote", "mean")
 
 
 class EnsembleJudge:
+    explains = False  # its evidence is a tally of the members' verdicts
+
     def __init__(self, mode: str, members: Sequence[Judge]):
         if mode not in MODES:
             raise ValueError(f"unknown ensemble mode {mode!r}; use one of {', '.join(MODES)}")

@@ -34,6 +34,7 @@ Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
 MODES = ("per_criterion", "batched", "logprob", "implicit")
 Order = Literal["auto", "chain", "spread"]
 ORDERS = ("auto", "chain", "spread")
+GENERATIVE_MODES = ("per_criterion", "batched")  # modes whose `met` comes with a quotable explanation
 ANSWER_TOKENS = {"per_criterion": 200, "batched": 120, "logprob": 1, "implicit": 200}  # batched: per criterion
 
 
@@ -50,6 +51,11 @@ class HTTPJudge:
         self.judge_id = f"http:{name}/{mode}@{prompts.PROMPT_VERSION}" + (f",t={threshold:g}" if threshold != 0.5 else "")
         self.stats = JudgeStats()
         self.reasks = 0  # batched items re-asked alone
+
+    @property
+    def explains(self) -> bool:
+        """per_criterion and batched verdicts come with the model's explanation / evidence text."""
+        return self.mode in GENERATIVE_MODES
 
     def report(self) -> JudgeReport:
         return JudgeReport(self.judge_id, self.stats.snapshot(), endpoints=(EndpointUsage.of(self.endpoint),))

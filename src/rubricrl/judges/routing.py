@@ -13,7 +13,6 @@ from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats, c
 from rubricrl.judges.defences import Defences, DefenceStats, require_evidence, screen
 from rubricrl.judges.rules import RuleJudge
 
-GENERATIVE_MODES = ("per_criterion", "batched")  # judges whose `met` comes with a quotable explanation
 
 
 class RoutedJudge:
@@ -57,11 +56,13 @@ class RoutedJudge:
         return RoutedJudge(self.model_judge, self.exemplar_judge, defences)
 
     @property
+    def explains(self) -> bool:
+        return self.model_judge is not None and self.model_judge.explains
+
+    @property
     def checks_evidence(self) -> bool:
-        model = self.model_judge
-        for _ in range(4):  # through wrappers (CachedJudge, calibration) that keep the judge as `inner`
-            model = getattr(model, "inner", model)
-        return self.defences.require_evidence and getattr(model, "mode", None) in GENERATIVE_MODES
+        """Evidence is required (defences) and the model judge explains its verdicts (a generative judge)."""
+        return self.defences.require_evidence and self.explains
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         decided: list[dict[str, Verdict]] = [{} for _ in requests]
