@@ -124,7 +124,7 @@ def test_summary_of_hand_made_verdicts_and_seeded_bootstrap():
 
     records = [rec("a", 0, 1.0, {"axis:x": 1.0}, ["theme:t"]), rec("a", 1, 0.5, {"axis:x": 0.0}, ["theme:t"]),
                rec("b", 0, 0.0, {"axis:x": 0.5}), rec("b", 1, -0.5, {}),
-               EvalRecord(key="c#0", id="c", line=3, sample=0, status="policy_error", problem="timeout: x",
+               EvalRecord(key="c#0", id="c", line=3, sample=0, status="policy_error", score=None, problem="timeout: x",
                           example_tags=(), prompt="p", response="", judge="rules"),
                rec("c", 1, 0.25, {}, ["theme:t"])]
     s = summarize_eval(records, samples=2)

@@ -303,7 +303,7 @@ RECORDS = [
            [verdict_record("c1", "unmet"), verdict_record("c2", "error", "timeout: again"),
             verdict_record("c3", "error", "parse error: no verdict"), verdict_record("c3", "error", ""),
             verdict_record("c4", "skipped", "not applicable")], {}),
-    ResultRecord(id="r4", line=4, status="invalid", problem="rows.jsonl:4: response: missing"),
+    ResultRecord(id="r4", line=4, status="invalid", score=None, problem="rows.jsonl:4: response: missing"),
 ]
 
 
@@ -422,3 +422,20 @@ def test_property_an_accepted_rubric_always_gives_finite_scores(items):
             assert math.isfinite(value) and value <= 1.0
             assert any_negative or value >= 0.0  # without pitfalls a score lies in [0, 1]
         assert 0.0 <= row.coverage <= 1.0
+
+
+def test_summary_file_keeps_its_shape_and_plain_dicts_are_validated_first():
+    from rubricrl.evaluation.summary import CriterionOut, EstimateOut, ModelJudgedOut
+    from rubricrl.scoring.summary import CriterionStats, ModelCoverage
+
+    assert (EstimateOut, CriterionOut, ModelJudgedOut) == (Estimate, CriterionStats, ModelCoverage)
+    s = summarize(RECORDS, resamples=50)
+    assert summarize([r.model_dump(mode="json") for r in RECORDS], resamples=50) == s
+    out = s.to_dict()
+    assert list(out) == ["rows", "scored", "unscored", "invalid", "score", "mean_coverage", "gated_rows", "verdicts",
+                         "errors", "error_reasons", "model_judged", "criteria", "tags", "invalid_examples"]
+    assert list(out["score"]) == ["mean", "std", "ci_low", "ci_high", "n"]  # no `units` in a score summary
+    assert list(out["criteria"]["c1"]) == ["met", "unmet", "error", "skipped", "pass_rate"]
+    assert out["model_judged"] == {"verdicts": 9, "decided": 4, "errors": 4, "skipped": 1, "error_rate": 0.5}
+    with pytest.raises(ValueError, match="a scored record needs"):
+        summarize([{"id": "x", "line": 1, "status": "scored", "score": 1.0}])

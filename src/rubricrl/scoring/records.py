@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_serializer, model_validator
 
@@ -49,7 +49,6 @@ class ResultRecord(BaseModel):
     """One line of a `rubricrl score` output (see the module docstring for the keys per status)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    KEY: ClassVar[str] = "id"  # the field that identifies a row in its file (resume skips rows already there)
 
     id: str
     line: int
@@ -74,7 +73,7 @@ class ResultRecord(BaseModel):
 
     @property
     def unit_key(self) -> str:
-        """The value of `KEY`: what identifies this record in its file."""
+        """What identifies this record in its file (a resume skips rows already there): the row id."""
         return self.id
 
     @property
@@ -88,7 +87,7 @@ class ResultRecord(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> ResultRecord:
-        missing = [k for k in self.file_keys() if k not in self.model_fields_set and k != "score"]
+        missing = [k for k in self.file_keys() if k not in self.model_fields_set]
         if missing:
             raise ValueError(f"a {self.status} record needs {', '.join(missing)}")
         if not self.judged and (self.score is not None or self.verdicts):
@@ -114,8 +113,6 @@ class EvalVerdict(RecordVerdict):
 class EvalRecord(ResultRecord):
     """One line of an eval directory's results.jsonl: a result record of one (row, sample) unit."""
 
-    KEY: ClassVar[str] = "key"
-
     key: str  # "<row id>#<sample>" (evaluation/run.py unit_key)
     status: Literal["scored", "unscored", "invalid", "policy_error"]
     sample: int
@@ -127,6 +124,7 @@ class EvalRecord(ResultRecord):
 
     @property
     def unit_key(self) -> str:
+        """The unit key `<row id>#<sample>` (a row has one record per sample)."""
         return self.key
 
     def file_keys(self) -> tuple[str, ...]:
