@@ -30,7 +30,7 @@ from esconv import STRATEGY_CRITERIA, load_esconv
 from rubricrl.judge_tools.agreement import Label, binary_metrics, judge_labels
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges import make_judge
-from rubricrl.judges.calibration import fit_threshold
+from rubricrl.judge_tools.calibrate import fit_threshold
 from rubricrl.rubrics.model import Criterion
 
 

@@ -13,14 +13,8 @@ from rubricrl.cli import app
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges import JudgeSpecError, RoutedJudge, make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
-from rubricrl.judges.calibration import (
-    CalibratedJudge,
-    Calibration,
-    CalibrationError,
-    calibrate,
-    fit_threshold,
-    split_heldout,
-)
+from rubricrl.judges.calibration import CalibratedJudge, Calibration, CalibrationError
+from rubricrl.judge_tools.calibrate import calibrate, fit_threshold, split_heldout
 from rubricrl.judges.exemplar import criterion_key
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, error_verdict

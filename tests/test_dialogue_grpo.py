@@ -294,6 +294,9 @@ def dialogue_run(tmp_path_factory, llama_url):
     path.write_text(yaml.safe_dump(config))
     logs: list[str] = []
     summary = run_training(load_config(path), log=logs.append)
+    from rubricrl.reports.training import write_report
+
+    write_report(config["output_dir"])  # as `rubricrl train` does after the run
     return Path(config["output_dir"]), summary, logs
 
 

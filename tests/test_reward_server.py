@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from rubricrl.cli import app as cli_app
-from rubricrl.integrations.openrlhf import conversation_from_prompt, split_query, strip_end_tokens
+from rubricrl.serve.openrlhf import conversation_from_prompt, split_query, strip_end_tokens
 from rubricrl.integrations.reward_server import RedactToken, create_app, uvicorn_config
 from rubricrl.serve.settings import ServerSettings, is_loopback, settings_from_options
 from rubricrl.judges import CachedJudge, RoutedJudge, VerdictCache, make_judge
@@ -528,7 +528,7 @@ def test_reward_is_never_nan_even_for_a_rubric_that_skipped_validation():
 
 def test_rubric_values_with_non_finite_weights_name_the_field():
     # verl reads labels from parquet: the numbers arrive as Python floats, NaN and inf included
-    from rubricrl.integrations.openrlhf import parse_request
+    from rubricrl.serve.openrlhf import parse_request
     from rubricrl.rubrics.values import RubricValueError, rubric_value
 
     for bad in (float("nan"), float("inf"), -float("inf")):

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from rubricrl.llm.models import resolve
 from rubricrl.train.config import load_config
+from rubricrl.reports.training import write_report
 from rubricrl.train.run import run_training
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,7 @@ def trained_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
     cfg = load_config(tiny_config(tmp, "run", buffer={"enabled": True}, scaffold={"enabled": True}))
     summary = run_training(cfg, log=lambda m: None)
+    write_report(cfg.output_dir)  # as `rubricrl train` does after the run
     return Path(cfg.output_dir), summary
 
 

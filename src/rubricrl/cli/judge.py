@@ -151,7 +151,7 @@ def judge_calibrate(
     """Fit per-criterion (or per-tag) thresholds on p_met that maximise balanced F1.
 
     Prints the held-out agreement before and after; use the file with `rubricrl score --calibration FILE`."""
-    from rubricrl.judges.calibration import calibrate
+    from rubricrl.judge_tools.calibrate import calibrate
 
     if by not in ("criterion", "tag"):
         fail(f"--by {by}: use `criterion` or `tag`")

@@ -35,6 +35,9 @@ def train(
         summary = run_training(cfg, resume=resume is not None, log=lambda m: console.print(m, highlight=False))
     except (RunDirError, RubricError, FileNotFoundError) as exc:
         fail(str(exc))
+    from rubricrl.reports.training import write_report
+
+    summary["report"] = str(write_report(Path(summary["run_dir"])))
     table = Table(title="held-out score (evaluation judge)")
     for col in ("", "mean", "95% CI", "n", "judge errors"):
         table.add_column(col)

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from rubricrl.core.messages import Conversation, as_conversation
 from rubricrl.rewards.functions import JudgeFailure
 from rubricrl.rubrics.model import Rubric
-from rubricrl.judges.runner import JudgeRunner
+from rubricrl.rewards.runner import JudgeRunner
 from rubricrl.rewards.rows import ERROR_POLICIES, RowInput, RowReward, failures, row_reward
 from rubricrl.rubrics.values import is_blank, load_named_rubric, looks_like_rubric, plain, rubric_value
 

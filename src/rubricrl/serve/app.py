@@ -30,7 +30,7 @@ from rubricrl import __version__
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import Judge
 from rubricrl.core.verdicts import Status
-from rubricrl.integrations.openrlhf import RequestProblems, RowProblem, parse_request
+from rubricrl.serve.openrlhf import RequestProblems, RowProblem, parse_request
 from rubricrl.rewards.rows import LOG_KEYS, RowInput, RowReward, failures, judge_rows, row_reward
 from rubricrl.rubrics.values import RubricValueError, bundled_names, rubric_value
 from rubricrl.serve.api import (ErrorMessage, FiniteJSONRoute, Health, NonFiniteNumbers, OpenRLHFRequest, OpenRLHFResponse,

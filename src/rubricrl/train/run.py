@@ -72,7 +72,6 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from rubricrl.reports.training import write_report
     from rubricrl.train.buffer import SelectiveSampleBuffer
     from rubricrl.train.trainer import RubricGRPOTrainer, RunFilesCallback
 
@@ -138,7 +137,6 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     summary["steps"] = trainer.state.global_step
     summary["seconds"] = round(time.time() - started, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    summary["report"] = str(write_report(run_dir))
     return summary
 
 
@@ -172,7 +170,6 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
     from rubricrl.dialogue.rewards import DialogueRubricReward, EmotionReward
     from rubricrl.dialogue.user import SimulatedUser, UserSettings
     from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
-    from rubricrl.reports.training import write_report
     from rubricrl.train.trainer import RubricGRPOTrainer, RunFilesCallback
 
     d = config.dialogue
@@ -208,7 +205,6 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
                "seconds": round(time.time() - started, 1),
                "evaluate_with": f"rubricrl simulate --policy local:{run_dir / 'final'} --out {run_dir / 'simulate'}"}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    summary["report"] = str(write_report(run_dir))
     return summary
 
 
