@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from rubricrl.cli import app
 from rubricrl.core.messages import as_conversation
-from rubricrl.judges.base import JudgeStats
+from rubricrl.judges.base import JudgeStats, StatsJudge
 from rubricrl.judge_tools.probes import (
     FILLER,
     AuditItem,
@@ -122,7 +122,7 @@ def test_bundled_items_spread_over_areas_with_their_own_rubric():
 
 # -- the CLI ---------------------------------------------------------------------------------------
 
-class AlwaysMet:
+class AlwaysMet(StatsJudge):
     """A stub model judge (for these tests only) that says `met` to everything."""
 
     judge_id = "always-met"

@@ -40,6 +40,7 @@ from rubricrl.core.messages import Conversation, as_conversation
 from rubricrl.core.jsonl import iter_jsonl, read_jsonl
 from rubricrl.rubrics.model import Rubric
 from rubricrl.core.verdicts import Status, Verdict
+from rubricrl.judges.routing import RoutedJudge
 from rubricrl.judges.base import JudgeRequest
 from rubricrl.core.resources import data_path
 
@@ -215,14 +216,14 @@ class AuditReport:
                 "defence_stats": self.defence_stats}
 
 
-def audited_criteria(judge, rubric: Rubric) -> list[str]:
+def audited_criteria(judge: RoutedJudge, rubric: Rubric) -> list[str]:
     """Ids of the positive-weight criteria that `judge` sends to a model (exemplar or LLM) judge."""
-    route = getattr(judge, "route", None)
     return [c.id for c in rubric.criteria if c.weight > 0 and c.check is None
-            and (route is None or route(c) in ("exemplar", "model"))]
+            and judge.route(c) in ("exemplar", "model")]
 
 
-def run_audit(without, with_, items: Sequence[AuditItem], on_step: Callable[[], None] | None = None) -> AuditReport:
+def run_audit(without: RoutedJudge, with_: RoutedJudge, items: Sequence[AuditItem],
+              on_step: Callable[[], None] | None = None) -> AuditReport:
     """Judge every probe of every item with both judges (defences off / on) and tally the FPR pairs."""
     return asyncio.run(_audit(without, with_, items, on_step))
 
@@ -246,9 +247,9 @@ async def _audit(without, with_, items, on_step) -> AuditReport:
                         getattr(line, attr).add(v)
             if on_step:
                 on_step()
-    stats = getattr(with_, "defence_stats", None)
-    return AuditReport(with_.judge_id, with_.defences.describe() if hasattr(with_, "defences") else "-",
-                       len(items), lines, criteria, stats.to_dict() if stats is not None else {})
+    stats = with_.report().defences
+    return AuditReport(with_.judge_id, with_.defences.describe(), len(items), lines, criteria,
+                       stats.to_dict() if stats is not None else {})
 
 
 # -- audit rows ----------------------------------------------------------------------------------
