@@ -22,10 +22,8 @@ from rubricrl.dialogue.rollout import (
     run_conversations,
     user_seed,
 )
-from rubricrl.dialogue.summary import (
-    render_simulation_report,
-    summarize_simulation,
-)
+from rubricrl.dialogue.summary import summarize_simulation
+from rubricrl.reports.simulation import render_simulation_report
 from rubricrl.dialogue.user import (
     Analysis,
     SimulatedUser,

@@ -181,31 +181,15 @@ def setting_notes(a: Path, b: Path) -> list[str]:
 
 
 def ci(e: EstimateOut) -> str:
-    """A difference with its 95% CI, signed."""
+    """A difference with its 95% CI, signed (the terminal table and the HTML page, reports/compare.py)."""
     return f"{e.mean:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
 
 
-def comparison_html(c: Comparison) -> str:
-    """A self-contained HTML page of a comparison."""
-    from rubricrl.reports.eval import esc, table
-    from rubricrl.reports.training import CSS
+def __getattr__(name: str):
+    """The HTML page moved to `rubricrl.reports.compare`; `cli/eval.py` still imports
+    `comparison_html` from here. Remove this once it imports it from reports."""
+    if name == "comparison_html":
+        from rubricrl.reports.compare import comparison_html
 
-    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>rubricrl compare</title><style>{CSS}</style>"
-             f"</head><body><h1>rubricrl compare</h1><p>A: {esc(c.a)}<br>B: {esc(c.b)}</p>",
-             f"<p><b>B - A = {ci(c.diff)}</b> (95% CI, paired over {c.paired_units} units in {c.paired_rows} rows); "
-             f"A {c.score_a.mean:.3f}, B {c.score_b.mean:.3f}</p>",
-             "".join(f"<p class=note>note: {esc(n)}</p>" for n in c.notes),
-             "<h2>Unpaired units</h2>", table(["", "units"], list(c.unpaired.items())),
-             "<h2>Per tag</h2>", table(["tag", "kind", "A", "B", "B - A (95% CI)", "rows"],
-                                       [[t.tag, t.kind, f"{t.mean_a:.3f}", f"{t.mean_b:.3f}", ci(t.diff), t.diff.n]
-                                        for t in c.tags]) if c.tags else "<p class=note>no tags</p>",
-             "<h2>Per criterion (largest change first)</h2>",
-             table(["criterion", "points", "pass A", "pass B", "B - A", "units"],
-                   [[cr.text or cr.id, f"{cr.weight:+g}", f"{cr.pass_a:.1%}", f"{cr.pass_b:.1%}", f"{cr.diff:+.1%}",
-                     cr.n] for cr in c.criteria[:200]]),
-             "<h2>Examples that changed most</h2>",
-             table(["id", "sample", "A", "B", "B - A", "prompt", "flipped verdicts (A -> B)"],
-                   [[e.id, e.sample, f"{e.score_a:.3f}", f"{e.score_b:.3f}", f"{e.diff:+.3f}", e.prompt[:200],
-                     "; ".join(f"{f['criterion'][:80]}: {f['a']} -> {f['b']}" for f in e.flipped)] for e in c.changed]),
-             "</body></html>"]
-    return "\n".join(parts)
+        return comparison_html
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

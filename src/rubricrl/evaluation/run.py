@@ -8,7 +8,7 @@ An eval directory holds:
   failure (error or empty text) is a line with `error` set, counted and never judged;
 - `results.jsonl`: one result record (`scoring.records.EvalRecord`: a score result record plus `key`,
   `sample`, `example_tags`, `prompt`, `response`, `judge`) per (row id, sample), in data order;
-- `summary.json` and `report.html` (`eval_summary.py`, `eval_report.py`).
+- `summary.json` (`evaluation/summary.py`); `report.html` is the command's (`reports/eval.py`), not run_eval's.
 `--rejudge` re-scores the saved generations: the old results.jsonl and summary.json are kept as
 `results.<UTC time>.jsonl` / `summary.<UTC time>.json` and listed in run.json `archived`.
 Policy errors are final on a resume; `--retry-errors` drops them (and their results) and generates
@@ -121,7 +121,6 @@ class EvalOutcome:
     judge_id: str | None = None  # the judge used by this invocation, with its running totals (judge.report())
     judge_stats: JudgeStats | None = None
     invalid_rows: list[str] = field(default_factory=list)
-    report: Path | None = None
 
 
 def unit_key(row_id: str, sample: int) -> str:
@@ -344,7 +343,6 @@ def _last_user_text(row: ScoringRow | InvalidRow) -> str:
 def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_judge: Callable[[str], Judge],
              phase: Phase | None = None) -> EvalOutcome:
     """Plan, generate what is missing, judge what is missing, summarise; see the module docstring."""
-    from rubricrl.reports.eval import write_eval_report
     from rubricrl.evaluation.summary import summarize_eval
 
     phase = phase or (lambda name, total: (lambda n: None))
@@ -397,7 +395,6 @@ def run_eval(req: EvalRequest, *, make_policy: Callable[[str], object], make_jud
     summary = summarize_eval(read_records(results_path, EvalRecord), samples=gen.samples)
     outcome.summary = summary.model_dump(mode="json")
     write_json_atomic(out / SUMMARY, outcome.summary)
-    outcome.report = write_eval_report(out)
     return outcome
 
 

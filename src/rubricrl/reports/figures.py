@@ -1,0 +1,29 @@
+"""The one matplotlib helper of the reports: figures drawn with the Agg backend (no display) and
+embedded as inline base64 PNG data URIs, so a page needs no other file and no network."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["subplots", "data_uri"]
+
+
+def subplots(*args, **kwargs):
+    """`matplotlib.pyplot.subplots` on the Agg backend: (figure, axes)."""
+    return plt.subplots(*args, **kwargs)
+
+
+def data_uri(fig, dpi: int = 90) -> str:
+    """`fig` as a `data:image/png;base64,...` URI (for an <img src>); the figure is closed."""
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
