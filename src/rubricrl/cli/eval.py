@@ -156,7 +156,8 @@ def compare(
     top: Annotated[int, typer.Option(min=1, help="Examples that changed most to list.")] = 10,
 ):
     """Paired difference of two evals (same row ids and samples) with a bootstrap CI, per criterion and tag."""
-    from rubricrl.evaluation.compare import ComparisonError, compare_dirs, comparison_html
+    from rubricrl.evaluation.compare import ComparisonError, compare_dirs
+    from rubricrl.reports.compare import comparison_html
     from rubricrl.evaluation.run import GENERATIONS, RESULTS, RUN_FILE, SUMMARY
 
     names = (RUN_FILE, GENERATIONS, RESULTS, SUMMARY, "report.html")

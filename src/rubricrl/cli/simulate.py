@@ -34,7 +34,8 @@ def simulate(
     from rubricrl.llm.chat import make_chat_model
     from rubricrl.dialogue.persona import load_personas
     from rubricrl.dialogue.rollout import chat_policy, plan, run_conversations
-    from rubricrl.dialogue.summary import summarize_simulation, write_simulation_report
+    from rubricrl.dialogue.summary import summarize_simulation
+    from rubricrl.reports.simulation import write_simulation_report
     from rubricrl.dialogue.user import SimulatedUser, UserSettings
     from rubricrl.llm.models import ModelNotFoundError
 

@@ -53,13 +53,3 @@ def summarize_simulation(transcripts: list[Transcript], *, success_at: float = 1
         end_reasons=dict(Counter(t.end_reason for t in transcripts)), error_reasons=dict(reasons),
         empty_supporter_replies=sum(t.notes.count("empty_supporter_reply") for t in transcripts),
         per_persona={k: sum(v) / len(v) for k, v in sorted(by_persona.items())})
-
-
-def __getattr__(name: str):
-    """The HTML report moved to `rubricrl.reports.simulation`; `cli/simulate.py` still imports
-    `write_simulation_report` from here. Remove this once it imports it from reports."""
-    if name == "write_simulation_report":
-        from rubricrl.reports.simulation import write_simulation_report
-
-        return write_simulation_report
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -183,13 +183,3 @@ def setting_notes(a: Path, b: Path) -> list[str]:
 def ci(e: EstimateOut) -> str:
     """A difference with its 95% CI, signed (the terminal table and the HTML page, reports/compare.py)."""
     return f"{e.mean:+.3f} [{e.ci_low:+.3f}, {e.ci_high:+.3f}]"
-
-
-def __getattr__(name: str):
-    """The HTML page moved to `rubricrl.reports.compare`; `cli/eval.py` still imports
-    `comparison_html` from here. Remove this once it imports it from reports."""
-    if name == "comparison_html":
-        from rubricrl.reports.compare import comparison_html
-
-        return comparison_html
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
