@@ -27,6 +27,7 @@ from pathlib import Path
 GOLD = Path(__file__).resolve().parent / "gold"
 DEFAULT_JUDGES = ["exemplar+local", "exemplar", "local"]
 SHARED = ("coherent", "deflects")
+MIN_CLASS = 5
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -148,8 +149,13 @@ def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
         per[cid] = {"weight": weight, "n": len(truth), "positives": sum(truth), "auc": auc(scores, truth),
                     "accuracy": correct / decided if decided else None}
     aucs = [c["auc"] for c in per.values() if c["auc"] is not None]
+    # an AUC from fewer than MIN_CLASS positives (or negatives) says little: reported, marked, and
+    # left out of the second mean
+    solid = [c["auc"] for c in per.values()
+             if c["auc"] is not None and min(c["positives"], c["n"] - c["positives"]) >= MIN_CLASS]
     return {"judge": spec, "seconds": round(seconds, 1), "errors": errors, "criteria": per,
             "mean_auc": sum(aucs) / len(aucs) if aucs else None,
+            "mean_auc_solid": sum(solid) / len(solid) if solid else None, "solid_criteria": len(solid),
             "positive_met_on_bad": bad_met / bad_total if bad_total else None, "bad_pairs": bad_total}
 
 
@@ -174,14 +180,17 @@ def main() -> None:
     for spec in args.judge or DEFAULT_JUDGES:
         r = measure(spec, items, labels)
         results.append(r)
-        print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)}; positive criteria met on "
+        print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)} ({fmt(r['mean_auc_solid'], 3)} over the "
+              f"{r['solid_criteria']} criteria with >= {MIN_CLASS} of each class); positive criteria met on "
               f"{fmt(100 * r['positive_met_on_bad'] if r['positive_met_on_bad'] is not None else None, 1)}% of "
               f"{r['bad_pairs']} (incoherent or deflecting reply, positive criterion) pairs; {r['errors']} errors; "
               f"{r['seconds']} s")
-        print(f"  {'criterion':28} {'w':>3} {'n':>4} {'pos':>4} {'AUC':>5} {'acc':>5}")
+        print(f"  {'criterion':28} {'w':>3} {'n':>4} {'pos':>4} {'AUC':>6} {'acc':>5}")
         for cid, c in r["criteria"].items():
-            print(f"  {cid:28} {c['weight']:>3g} {c['n']:>4} {c['positives']:>4} {fmt(c['auc']):>5} "
+            thin = "*" if c["auc"] is not None and min(c["positives"], c["n"] - c["positives"]) < MIN_CLASS else ""
+            print(f"  {cid:28} {c['weight']:>3g} {c['n']:>4} {c['positives']:>4} {fmt(c['auc']) + thin:>6} "
                   f"{fmt(c['accuracy']):>5}")
+        print(f"  (* fewer than {MIN_CLASS} items of one class: the AUC says little)")
     if args.json:
         args.json.write_text(json.dumps({"reread": agreement, "judges": results}, indent=2))
 
