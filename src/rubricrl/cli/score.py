@@ -46,9 +46,10 @@ def score(
 
     Exit code 0: done; 1: done, but more than --max-error-rate of the model-judged verdicts are judge
     errors; 2: refused (bad input, or OUT scored with other settings), nothing written."""
-    from rubricrl.scoring.batch import count_lines, read_results, score_rows
+    from rubricrl.scoring.batch import count_lines, score_rows
+    from rubricrl.scoring.records import read_records
     from rubricrl.rubrics.rows import ScoringRow, read_rows
-    from rubricrl.scoring.runs import (begin, default_summary_path, finish, has_errors, make_settings, plan_score,
+    from rubricrl.scoring.runs import (begin, default_summary_path, finish, make_settings, plan_score,
                                        retry_path, sidecar_paths)
     from rubricrl.scoring.summary import summarize
 
@@ -86,7 +87,7 @@ def score(
         finish(plan, out)
     except ValueError as exc:
         fail(str(exc))
-    records = read_results(out)
+    records = read_records(out)
     summary = summarize(records)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(summary.to_dict(), indent=2), encoding="utf-8")
@@ -95,7 +96,7 @@ def score(
     if archived:
         console.print(f"kept the previous results as {', '.join(archived)}", highlight=False)
     if plan.mode == "retry_errors":
-        still = sum(1 for r in records if r["id"] in plan.retry_ids and has_errors(r))
+        still = sum(1 for r in records if r.id in plan.retry_ids and r.has_errors)
         missing = len(plan.retry_ids) - total
         console.print(f"re-judged {result.written} row(s) with judge errors ({still} still have errors"
                       + (f"; {missing} are not in --data and were kept" if missing else "") + f") in {out}; "

@@ -156,7 +156,6 @@ def _batches(items: Iterable, size: int) -> Iterable[list]:
 
 
 def read_results(out: Path) -> list[dict]:
-    """The lines of a result file as plain dicts, unvalidated. Kept for callers that index records by
-    key (cli/, reports/) until they move to `scoring.records.read_records`, which returns typed,
-    validated ResultRecords."""
+    """The lines of a JSONL file as plain dicts, unvalidated (eval generations). Scored rows are read
+    with `scoring.records.read_records`, which returns typed, validated records."""
     return read_jsonl(out)

@@ -131,8 +131,8 @@ def load_settings(out: Path) -> SettingsFile | None:
 
 
 def has_errors(record: ResultRecord | dict) -> bool:
-    """A result with a judge error (scored from the other criteria, or unscored because of it). A plain
-    dict (from `read_results`, still used by cli/score.py) is validated first."""
+    """A result with a judge error (scored from the other criteria, or unscored because of it); a
+    plain dict is validated first."""
     [record] = as_records([record])
     return record.has_errors
 
