@@ -88,17 +88,7 @@ def append_lines(path: str | Path, objs: Iterable[Any], *, allow_nan: bool = Fal
 def write_jsonl(path: str | Path, objs: Iterable[Any], *, allow_nan: bool = False, atomic: bool = False) -> Path:
     """Replace `path` with one line per object. `atomic`: write a temporary file, fsync it and
     rename it over `path`, so a kill leaves the old file or the new one, never half of one."""
-    path = Path(path)
-    target = path.with_name(path.name + ".tmp") if atomic else path
-    with open(target, "w", encoding="utf-8", newline="") as handle:
-        for obj in objs:
-            handle.write(dumps_line(obj, allow_nan=allow_nan) + "\n")
-        if atomic:
-            handle.flush()
-            os.fsync(handle.fileno())
-    if atomic:
-        os.replace(target, path)
-    return path
+    return write_raw_lines(path, (dumps_line(obj, allow_nan=allow_nan) for obj in objs), atomic=atomic)
 
 
 def write_raw_lines(path: str | Path, lines: Iterable[str], *, atomic: bool = False) -> Path:
