@@ -159,6 +159,34 @@ def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
             "positive_met_on_bad": bad_met / bad_total if bad_total else None, "bad_pairs": bad_total}
 
 
+def describe_gold(items: list[dict], labels: dict[str, dict]) -> None:
+    """Print what the labels say about the policy: coherence by policy and decoding, and how often the
+    positive criteria are met, read literally, on incoherent or deflecting replies."""
+    from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
+
+    sources = {s["id"]: s for s in read_jsonl(GOLD / "sources.jsonl")}
+    by: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for item in items:
+        source = sources[item["id"]]
+        by[(source["policy"], source["decoding"])][0] += labels[item["id"]]["coherent"]
+        by[(source["policy"], source["decoding"])][1] += 1
+    print(f"cut off at the token limit: {sum(s['truncated'] for s in sources.values())} of {len(sources)}")
+    print("coherent: " + ", ".join(f"{p} {d} {c} of {n}" for (p, d), (c, n) in sorted(by.items())))
+    positive = set()
+    for name in {i["rubric"] for i in items}:
+        positive |= {c.id for c in load_rubric(bundled_rubric_path(name)).criteria if c.check is None and c.weight > 0}
+    met: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for item in items:
+        row = labels[item["id"]]
+        if not row["coherent"] or row["deflects"]:
+            for cid in positive & set(row):
+                met[cid][0] += row[cid]
+                met[cid][1] += 1
+    total = sum(m for m, _ in met.values()), sum(n for _, n in met.values())
+    print(f"gold, read literally: positive criteria met on {total[0]} of {total[1]} (incoherent or deflecting "
+          f"reply, positive criterion) pairs; " + ", ".join(f"{c} {m}/{n}" for c, (m, n) in sorted(met.items())))
+
+
 def fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
@@ -172,6 +200,7 @@ def main() -> None:
     rows = [labels[i["id"]] for i in items]
     print(f"gold set: {len(items)} items ({sum(i['rubric'] == 'crisis_safety' for i in items)} crisis); "
           f"coherent {sum(r['coherent'] for r in rows)}, deflecting {sum(r['deflects'] for r in rows)}")
+    describe_gold(items, labels)
     agreement = reread_agreement(labels)
     if agreement:
         print(f"re-read: {agreement['items']} items, {agreement['labels']} labels, agreement "
