@@ -43,7 +43,7 @@ def sample(args) -> None:
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    prompts = load_prompts()
+    prompts = [row for row in load_prompts() if args.split in (None, row.get("split"))]
     jobs = []  # (prompt row, decoding, seed)
     for row in prompts:
         jobs += [(row, "greedy", 0)] * args.greedy
@@ -66,7 +66,7 @@ def sample(args) -> None:
                 enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
                 torch.manual_seed(args.seed * 1000 + start)
                 kwargs = dict(do_sample=False) if decoding == "greedy" else dict(
-                    do_sample=True, temperature=1.0, top_p=1.0, top_k=0)
+                    do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=0)
                 with torch.inference_mode():
                     ids = model.generate(**enc, max_new_tokens=args.max_new_tokens, pad_token_id=tok.pad_token_id,
                                          **kwargs)
@@ -78,7 +78,8 @@ def sample(args) -> None:
                     handle.write(json.dumps({
                         "prompt_id": row["id"], "crisis": bool(row.get("crisis")), "prompt": row["prompt"],
                         "reply": reply, "policy": args.tag, "policy_spec": args.policy or "embedded",
-                        "decoding": decoding, "temperature": 0.0 if decoding == "greedy" else 1.0,
+                        "decoding": decoding, "temperature": 0.0 if decoding == "greedy" else args.temperature,
+                        **({"top_p": args.top_p} if decoding == "sampled" and args.top_p < 1.0 else {}),
                         "max_new_tokens": args.max_new_tokens, "new_tokens": n_tokens, "truncated": truncated,
                     }, ensure_ascii=False) + "\n")
             handle.flush()
@@ -113,8 +114,11 @@ def main() -> None:
     s.add_argument("--tag", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--greedy", type=int, default=1, help="greedy replies per prompt")
-    s.add_argument("--sampled", type=int, default=2, help="temperature-1.0 replies per prompt")
+    s.add_argument("--sampled", type=int, default=2, help="sampled replies per prompt")
     s.add_argument("--crisis-extra", type=int, default=3, help="extra sampled replies per crisis prompt")
+    s.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the sampled replies")
+    s.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the sampled replies")
+    s.add_argument("--split", default=None, help="only prompts of this split (train or heldout)")
     s.add_argument("--max-new-tokens", type=int, default=96)
     s.add_argument("--batch-size", type=int, default=16)
     s.add_argument("--seed", type=int, default=1)

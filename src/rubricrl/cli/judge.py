@@ -21,7 +21,9 @@ from rubricrl.rubrics.loading import load_rubric
 def judge_fit(
     rubric: Annotated[Path, rubric_option("Rubric file (bundled name or path); criteria may carry `examples`.")],
     out: Annotated[Path, typer.Option(help="Directory for the fitted exemplar judge.")],
-    labels: Annotated[Optional[Path], typer.Option(help="JSONL of {criterion_id, response, label, rubric?}.")] = None,
+    labels: Annotated[Optional[list[Path]], typer.Option(help="JSONL of {criterion_id, response, label, rubric?, "
+                                                               "context?} (repeatable). With a `context` (what the "
+                                                               "person said), pair models are fitted.")] = None,
     min_examples: Annotated[int, typer.Option(min=2, help="Examples needed of each class to fit a criterion.")] = 8,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
 ):
@@ -31,15 +33,16 @@ def judge_fit(
 
     path = rubric_path(rubric)
     refuse_clash([("--out", out), (f"--out (its {MANIFEST})", out / MANIFEST)],
-                 [("--rubric", path), ("--labels", labels)])
+                 [("--rubric", path)] + [("--labels", p) for p in labels or []])
+    contexts: dict[str, str] = {}
     try:
         the_rubric = load_rubric(path)
-        examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem)
+        examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem, contexts=contexts)
     except RubricError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot read: {exc}")
-    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds)
+    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds, contexts=contexts)
     table = Table(title=f"exemplar judge fit ({folds}-fold cross-validation)")
     for col in ("criterion", "met", "unmet", "status", "CV AUC", "balanced acc", "threshold"):
         table.add_column(col)
@@ -54,6 +57,44 @@ def judge_fit(
     fitted = sum(r.status == "fitted" for r in reports)
     console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out}; use it with "
                   f"--judge exemplar:{out}+local", highlight=False)
+
+
+def judge_fit_gate(
+    out: Annotated[Path, typer.Option(help="Directory for the fitted gate (use it with --judge gate:DIR+...).")],
+    examples: Annotated[Optional[list[Path]], typer.Option(
+        "--examples", help="JSONL of {prompt, reply, coherent, deflects?} (repeatable; default: the bundled "
+                           "examples the bundled gate was fitted on).")] = None,
+    lm: Annotated[Optional[str], typer.Option(help="Also use the reply's log-probabilities under this reference "
+                                                   "model (e.g. smollm2-135m, a hub id or a directory). Off by "
+                                                   "default: see docs/judges.md.")] = None,
+    folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
+):
+    """Fit the quality gate: a coherence and a deflection model on labelled (prompt, reply) pairs."""
+    from rubricrl.judge_tools.gate_fit import BUNDLED_EXAMPLES, fit_gate, read_gate_examples
+    from rubricrl.judges.gate import MANIFEST
+
+    sources = examples or [BUNDLED_EXAMPLES]
+    refuse_clash([("--out", out), (f"--out (its {MANIFEST})", out / MANIFEST)], [("--examples", p) for p in sources])
+    rows = []
+    try:
+        for path in sources:
+            rows += read_gate_examples(path)
+    except RubricError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read: {exc}")
+    try:
+        reports = fit_gate(rows, out, lm=lm, folds=folds)
+    except ValueError as exc:
+        fail(str(exc))
+    table = Table(title=f"quality gate fit on {len(rows)} examples ({folds}-fold cross-validation)")
+    for col in ("model", "examples", "true", "CV AUC", "balanced acc", "threshold", "C"):
+        table.add_column(col)
+    for r in reports:
+        table.add_row(r.head, str(r.n), str(r.positives), f"{r.cv_auc:.3f}", f"{r.balanced_accuracy:.3f}",
+                      f"{r.threshold:.2f}", f"{r.C:g}")
+    console.print(table)
+    console.print(f"gate written to {out}; use it with --judge gate:{out}+exemplar+local", highlight=False)
 
 
 def _judged_labels(labels: Path, judge: str, *, no_cache: bool, cache_path: Path | None, threshold: float,

@@ -48,4 +48,15 @@ def train(
             table.add_row(label, f"{e['mean']:.3f}", f"[{e['ci_low']:.3f}, {e['ci_high']:.3f}]", str(e["n"]),
                           str(part["errors"]))
     console.print(table)
+    change = summary.get("change")
+    if change:
+        d = change["difference"]
+        verdict = "the 95% CI excludes 0" if change["excludes_zero"] else "the 95% CI includes 0: no measurable change"
+        console.print(f"after - before (paired over {change['n']} held-out prompts): {d['mean']:+.3f} "
+                      f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]; {verdict}", highlight=False)
+        b, a = change["before"], change["after"]
+        if b["hard_rule_pass_rate"] is not None:
+            console.print(f"hard rules passed: {b['hard_rule_pass_rate']:.0%} -> {a['hard_rule_pass_rate']:.0%}; "
+                          f"replies stopped by the quality gate: {b['gated_share']:.0%} -> {a['gated_share']:.0%}",
+                          highlight=False)
     console.print(f"{summary['steps']} steps in {summary['seconds']} s; report: {summary['report']}", highlight=False)

@@ -28,3 +28,11 @@ def as_conversation(prompt: str | list[dict] | tuple) -> Conversation:
 def render_transcript(conversation: Conversation) -> str:
     """Plain-text transcript used inside judge prompts ("user: ...")."""
     return "\n".join(f"{m.role}: {m.content}" for m in conversation)
+
+
+def last_user_text(conversation: Conversation) -> str:
+    """What the person said last: the text a response answers (empty when there is no user turn)."""
+    for message in reversed(conversation):
+        if message.role == "user":
+            return message.content
+    return ""

@@ -1,18 +1,20 @@
 """Fit exemplar-judge models: labeled examples per criterion -> logistic regression on sentence
-embeddings, cross-validated (AUC, balanced accuracy), Platt-calibrated, with a threshold chosen
+embeddings (of the response, or of the (context, response) pair when the labels carry a `context`:
+judges/exemplar.py), cross-validated (AUC, balanced accuracy), Platt-calibrated, with a threshold chosen
 on out-of-fold predictions. Too few examples, contradictory labels or text the encoder does not
 cover are reported, never turned into a silently useless model."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed, latin_share
-from rubricrl.judges.exemplar import CriterionModel, criterion_key, save_models
+from rubricrl.judges.exemplar import CriterionModel, criterion_key, pair_vectors, save_models
 from rubricrl.core.jsonl import iter_jsonl
 from rubricrl.core.problems import Problem, RubricError
 from rubricrl.rubrics.model import Rubric
@@ -32,17 +34,19 @@ class FitReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: str | None = None
-                     ) -> tuple[dict[str, list[tuple[str, bool]]], list[str]]:
-    """Examples per criterion id, from the rubric's `examples` and a labeled JSONL file.
-    Label rows: {criterion_id, response, label: true|false, rubric?}; rows naming another rubric
-    are ignored. Returns the examples and warnings (duplicates dropped)."""
+def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None, rubric_name: str | None = None,
+                     contexts: dict[str, str] | None = None) -> tuple[dict[str, list[tuple[str, bool]]], list[str]]:
+    """Examples per criterion id, from the rubric's `examples` and labeled JSONL files.
+    Label rows: {criterion_id, response, label: true|false, rubric?, context?}; rows naming another
+    rubric are ignored. Returns the examples and warnings (duplicates dropped). When `contexts` is a
+    dict, each labelled response's `context` (what the person said) is recorded in it."""
+    paths = [] if labels is None else [labels] if isinstance(labels, (str, Path)) else list(labels)
     examples: dict[str, list[tuple[str, bool]]] = {c.id: [] for c in rubric.criteria if c.check is None}
     for c in rubric.criteria:
         if c.examples is not None and c.id in examples:
             examples[c.id] += [(t, True) for t in c.examples.met] + [(t, False) for t in c.examples.unmet]
     problems: list[Problem] = []
-    if labels is not None:
+    for labels in paths:
         for line, text in iter_jsonl(labels):
             try:
                 row = json.loads(text)
@@ -64,8 +68,12 @@ def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: st
             elif cid not in examples:
                 problems.append(Problem(str(labels), line, "criterion_id", f"{cid!r} is not a model-judged "
                                         "criterion of this rubric", f"use one of {sorted(examples)}"))
+            elif row.get("context") is not None and not isinstance(row.get("context"), str):
+                problems.append(Problem(str(labels), line, "context", "must be a string (what the person said)"))
             else:
                 examples[cid].append((response, label))
+                if contexts is not None and row.get("context"):
+                    contexts.setdefault(" ".join(response.split()), row["context"])
     if problems:
         raise RubricError(problems[:20])
     warnings = []
@@ -74,7 +82,7 @@ def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: st
         for text, label in items:
             key = " ".join(text.split())
             if key in seen and seen[key] != label:
-                raise RubricError([Problem(str(labels or "rubric"), None, cid,
+                raise RubricError([Problem(", ".join(map(str, paths)) or "rubric", None, cid,
                                            f"example labelled both met and unmet: {text[:60]!r}")])
             seen[key] = label
         if len(seen) < len(items):
@@ -85,8 +93,11 @@ def collect_examples(rubric: Rubric, labels: Path | None = None, rubric_name: st
 
 def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], out_dir: Path, *,
                   min_per_class: int = MIN_PER_CLASS, folds: int = 5, seed: int = 0,
-                  encoder: str = DEFAULT_ENCODER) -> list[FitReport]:
-    """Fit and save one model per criterion with enough examples; report every criterion."""
+                  encoder: str = DEFAULT_ENCODER, contexts: dict[str, str] | None = None) -> list[FitReport]:
+    """Fit and save one model per criterion with enough examples; report every criterion. With
+    `contexts` (response -> what the person said, from `collect_examples`), a criterion whose examples
+    mostly have one gets a `pair` model (judges/exemplar.py); an example without one then has a zero
+    context part."""
     reports, models = [], {}
     for c in rubric.criteria:
         if c.id not in examples:
@@ -104,8 +115,16 @@ def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], o
             report.warnings.append(f"most examples are not in Latin script; {encoder} covers English only, so "
                                    "this model may be useless")
         vectors = embed(texts, encoder)
+        known = [(contexts or {}).get(" ".join(t.split())) for t in texts]
+        pair = sum(k is not None for k in known) >= 0.5 * len(texts)
+        if pair:
+            ctx = sorted({k for k in known if k})
+            ctx_vectors = dict(zip(ctx, embed(ctx, encoder)))
+            zero = np.zeros(vectors.shape[1], dtype=vectors.dtype)
+            vectors = pair_vectors(vectors, np.stack([ctx_vectors[k] if k else zero for k in known]))
         labels = np.array([label for _, label in items], dtype=bool)
         models[criterion_key(c.text)] = _fit_one(c.id, c.text, texts, vectors, labels, folds, seed, report)
+        models[criterion_key(c.text)].features = "pair" if pair else "reply"
         report.status = "fitted"
     save_models(out_dir, models, encoder)
     return reports

@@ -14,6 +14,9 @@ rule judge; the spec names what decides the other criteria, joined with `+`:
   e.g. `openai:http://127.0.0.1:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=batched&concurrency=32`;
 - `llamacpp[:FILE.gguf][?key=value&...]`: starts a llama.cpp server on loopback in this process
   (default: the embedded model) and judges through it; default mode `logprob`.
+- `gate` or `gate:DIR` (optional part, e.g. `gate+exemplar+local`, the default reward judge): the
+  quality gate (judges/gate.py): replies it finds incoherent or deflecting get their positive-weight
+  model-judged criteria `unmet` before any exemplar or model judge sees them;
 - `defences:SETTINGS` (optional part, e.g. `exemplar+local+defences:off`): the defences against
   trivial and verdict-like responses (judges/defences.py; on by default).
 
@@ -60,7 +63,7 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
         return RoutedJudge(_calibrated(ensemble, calibration) if calibration is not None else ensemble,
                            defences=defences)
     model_judge: Judge | None = None
-    exemplar = None
+    exemplar = gate = None
     for part in spec.split("+"):
         kind, _, arg = part.strip().partition(":")
         if "?" in kind:  # `llamacpp?mode=...`: options without a model
@@ -81,6 +84,8 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
             model_judge = entry.build(arg, options)
         elif role == "exemplar" and exemplar is None:
             exemplar = entry.build(arg, options)
+        elif role == "gate" and gate is None:
+            gate = entry.build(arg, options)
         else:  # an unknown kind, a second model or exemplar judge, `rules:ARG`, or an ensemble without members
             raise unknown_spec(spec)
     if calibration is not None:
@@ -88,7 +93,7 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
             raise JudgeSpecError(f"a calibration re-decides a model judge's p_met, but judge spec {spec!r} has no "
                                  "model judge; add one (e.g. `+local`) or drop the calibration")
         model_judge = _calibrated(model_judge, calibration)
-    return RoutedJudge(model_judge, exemplar, defences)
+    return RoutedJudge(model_judge, exemplar, defences, gate)
 
 
 def _calibrated(judge: Judge, path: str | Path) -> Judge:

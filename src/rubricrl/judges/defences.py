@@ -29,7 +29,12 @@ original response, because a check (a regex, a word count) must see exactly what
    spaces are compared, so curly quotes or a dropped full stop do not matter); otherwise it becomes `unmet` with a reason
    starting `evidence:`. Pitfalls are never downgraded (that would raise the score).
 
-`DefenceStats` counts responses pre-checked, responses neutralised and verdicts downgraded.
+4. **Quality gate** (`gate` in a judge spec, e.g. `gate+exemplar+local`; judges/gate.py): fitted models
+   of coherence and deflection; a reply that is incoherent or deflects gets its positive-weight
+   model-judged criteria `unmet` (judge id `gate`) before any exemplar or model judge sees it.
+
+`DefenceStats` counts responses pre-checked, responses neutralised, verdicts downgraded and replies
+gated (by reason).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from rubricrl.core.verdicts import Status, Verdict
 
 PLACEHOLDER = "[removed: verdict-like text]"
 PRECHECK_JUDGE_ID = "precheck"
+GATE_JUDGE_ID = "gate"  # verdicts decided by the quality gate (judges/gate.py)
 NOTHING_KINDS = ("empty", "whitespace")  # responses that can do nothing: pitfalls are unmet too
 
 
@@ -114,15 +120,18 @@ class DefenceStats:
     downgraded: int = 0
     precheck_reasons: dict[str, int] = field(default_factory=dict)
     neutralised_kinds: dict[str, int] = field(default_factory=dict)
+    gated: int = 0  # replies the quality gate (judges/gate.py) stopped: incoherent or deflecting
+    gate_reasons: dict[str, int] = field(default_factory=dict)
 
     def snapshot(self) -> DefenceStats:
         """A copy that later judging does not change."""
         return DefenceStats(self.prechecked, self.neutralised, self.downgraded, dict(self.precheck_reasons),
-                            dict(self.neutralised_kinds))
+                            dict(self.neutralised_kinds), self.gated, dict(self.gate_reasons))
 
     def to_dict(self) -> dict:
         return {"prechecked": self.prechecked, "neutralised": self.neutralised, "downgraded": self.downgraded,
-                "precheck_reasons": dict(self.precheck_reasons), "neutralised_kinds": dict(self.neutralised_kinds)}
+                "precheck_reasons": dict(self.precheck_reasons), "neutralised_kinds": dict(self.neutralised_kinds),
+                "gated": self.gated, "gate_reasons": dict(self.gate_reasons)}
 
 
 # -- pre-checks ----------------------------------------------------------------------------------

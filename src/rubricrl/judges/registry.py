@@ -6,6 +6,8 @@ which says where its judge goes in the routed judge:
   factory `(arg, options) -> Judge`;
 - `exemplar`: exemplar classifiers for the criteria they were fitted on; at most one (`exemplar`);
   factory `(arg, options) -> ExemplarJudge`;
+- `gate`: the quality gate (judges/gate.py) in front of the exemplar and model judges; at most one
+  (`gate`, `gate:DIR`); factory `(arg, options) -> QualityGate`;
 - `rules`: the rule judge, always there; the part only names it and takes no argument (`rules`);
 - `defences`: the router's defences (`defences:SETTINGS`); factory `(arg, current) -> Defences`;
 - `ensemble`: a whole spec `KIND:SPEC1|SPEC2|...` (`vote`, `mean`); factory `(kind, members) -> Judge`,
@@ -27,8 +29,8 @@ from rubricrl.judges.base import Judge
 from rubricrl.judges.cache import CachedJudge, VerdictCache
 from rubricrl.judges.defences import Defences
 
-Role = Literal["model", "exemplar", "rules", "defences", "ensemble"]
-ROLES = ("model", "exemplar", "rules", "defences", "ensemble")
+Role = Literal["model", "exemplar", "gate", "rules", "defences", "ensemble"]
+ROLES = ("model", "exemplar", "gate", "rules", "defences", "ensemble")
 
 
 class JudgeSpecError(ValueError):
@@ -120,6 +122,17 @@ def exemplar_judge(arg: str, options: BuildOptions):
     from rubricrl.judges.exemplar import ExemplarJudge
 
     return ExemplarJudge(arg or None)
+
+
+@register("gate", role="gate", usage=("gate", "gate:DIR"))
+def quality_gate(arg: str, options: BuildOptions):
+    """`gate` (the bundled coherence and deflection models) or `gate:DIR` (from `rubricrl judge fit-gate`)."""
+    from rubricrl.judges.gate import QualityGate
+
+    try:
+        return QualityGate(arg or None)
+    except (FileNotFoundError, ValueError) as exc:
+        raise JudgeSpecError(str(exc)) from None
 
 
 @register("openai", role="model", usage=("openai:URL",))

@@ -1,28 +1,31 @@
 """Route each criterion to the judge that should decide it: a declarative check goes to the
 rule judge; a criterion with a fitted exemplar model to the exemplar judge; everything else to
 the configured model judge (or `skipped` when there is none). The defences (judges/defences.py:
-pre-checks, neutralised text, optional evidence) apply to the exemplar and model judges; the rule
-judge always sees the original response."""
+pre-checks, neutralised text, optional evidence) and the quality gate (judges/gate.py, when the spec
+has `gate`) apply to the exemplar and model judges; the rule judge always sees the original response."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rubricrl.core.verdicts import Verdict, skipped_verdict
+from rubricrl.core.messages import last_user_text
+from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
 from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats, combined_cache
-from rubricrl.judges.defences import Defences, DefenceStats, require_evidence, screen
+from rubricrl.judges.defences import GATE_JUDGE_ID, Defences, DefenceStats, require_evidence, screen
 from rubricrl.judges.rules import RuleJudge
 
 
 
 class RoutedJudge:
-    def __init__(self, model_judge: Judge | None = None, exemplar_judge=None, defences: Defences | None = None):
+    def __init__(self, model_judge: Judge | None = None, exemplar_judge=None, defences: Defences | None = None,
+                 gate=None):
         self.rules = RuleJudge()
         self.model_judge = model_judge
         self.exemplar_judge = exemplar_judge
+        self.gate = gate  # a judges.gate.QualityGate, or None
         self.defences = defences if defences is not None else Defences()  # judges/defences.py; on by default
         self.defence_stats = DefenceStats()
-        self.judge_id = "+".join(["rules"] + [j.judge_id for j in (exemplar_judge, model_judge) if j is not None])
+        self.judge_id = "+".join(["rules"] + [j.judge_id for j in (gate, exemplar_judge, model_judge) if j is not None])
 
     @property
     def stats(self) -> JudgeStats:
@@ -53,7 +56,7 @@ class RoutedJudge:
 
     def with_defences(self, defences: Defences) -> RoutedJudge:
         """The same rule, exemplar and model judges (one model load, one server) behind other defences."""
-        return RoutedJudge(self.model_judge, self.exemplar_judge, defences)
+        return RoutedJudge(self.model_judge, self.exemplar_judge, defences, self.gate)
 
     @property
     def explains(self) -> bool:
@@ -68,6 +71,7 @@ class RoutedJudge:
         decided: list[dict[str, Verdict]] = [{} for _ in requests]
         # defences: pre-checks and neutralised text for the exemplar and model judges; rules see the original
         screens = [screen(req.response, self.defences) for req in requests]
+        gated = self._gate(requests, screens) if self.gate is not None else {}
         prechecked, neutralised = set(), set()
         for name, judge in (("rules", self.rules), ("exemplar", self.exemplar_judge), ("model", self.model_judge)):
             if judge is None:
@@ -82,7 +86,12 @@ class RoutedJudge:
                         if s.blocks(c):
                             decided[i][c.id] = s.verdict(c.id)
                             prechecked.add(i)
-                    mine, text = tuple(c for c in mine if not s.blocks(c)), s.text
+                        elif i in gated and c.weight > 0:
+                            decided[i][c.id] = Verdict(criterion_id=c.id, status=Status.UNMET, p_met=0.0,
+                                                       reason=gated[i].reason, evidence=gated[i].reason,
+                                                       judge_id=GATE_JUDGE_ID)
+                    mine = tuple(c for c in mine if c.id not in decided[i])
+                    text = s.text
                     if mine and s.neutralised:
                         neutralised.add(i)
                 if mine:
@@ -100,9 +109,25 @@ class RoutedJudge:
         st.neutralised += len(neutralised)
         for i in prechecked:
             st.precheck_reasons[screens[i].precheck] = st.precheck_reasons.get(screens[i].precheck, 0) + 1
+        st.gated += len(gated)
+        for result in gated.values():
+            st.gate_reasons[result.fired] = st.gate_reasons.get(result.fired, 0) + 1
         for i in neutralised:
             for kind in screens[i].neutralised:
                 st.neutralised_kinds[kind] = st.neutralised_kinds.get(kind, 0) + 1
         return [[decided[i].get(c.id) or skipped_verdict(
             c.id, "router", "no model judge configured (use --judge local, exemplar+local or another model judge)")
             for c in req.criteria] for i, req in enumerate(requests)]
+
+    def _gate(self, requests: Sequence[JudgeRequest], screens) -> dict:
+        """Index -> GateResult for the replies the quality gate stops. Only replies with a positive-weight
+        criterion for the exemplar or model judge, not already decided by a pre-check, are assessed."""
+        todo = [i for i, req in enumerate(requests)
+                if any(c.weight > 0 and self.route(c) in ("exemplar", "model") and not screens[i].blocks(c)
+                       for c in req.criteria)]
+        if not todo:
+            return {}
+        prompts = [last_user_text(requests[i].conversation) for i in todo]
+        results = self.gate.assess(prompts, [screens[i].text for i in todo])
+        return {i: r for i, r in zip(todo, results) if r.fired is not None}
+

@@ -128,13 +128,15 @@ def render_report(run_dir: Path) -> str:
                                 "pass rate per criterion (reward judge)", "pass rate"),
         "zero_spread": line_plot(metrics, ["frac_reward_zero_std"], "share of GRPO groups with identical rewards",
                                  "share"),
-        "errors": line_plot(metrics, [k for k in keys if k.endswith("/judge_errors") or k.endswith("/masked")],
-                            "judge error verdicts and masked completions per step", "count"),
+        "errors": line_plot(metrics, [k for k in keys if k.endswith(("/judge_errors", "/masked", "/defence_gated"))],
+                            "judge errors, masked completions and replies stopped by the quality gate per step",
+                            "count"),
     }
     return render(
         "training.html.j2", run_name=run_dir.name, run_dir=str(run_dir), model=str(summary.get("model", "?")),
         steps=summary.get("steps", "?"), seconds=summary.get("seconds", "?"),
         held_before=summary.get("before"), held_after=summary.get("after"), plots=plots,
+        change=summary.get("change"), eval_judge=summary.get("eval_judge"),
         reward_totals=json.dumps(summary.get("reward_totals", {})), last_step=last_step, samples=samples,
         tactics=tactic_shares(before, after) if before and after else None, heldout=heldout_pairs(before, after))
 

@@ -156,10 +156,13 @@ def _log_judge_spend(log_metric: Callable[[str, float], None], name: str, before
         log_metric(f"{name}/{key}", float(now - start))
     d0, d1 = before.defences, after.defences
     if d0 is not None and d1 is not None:
-        for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded"),
-                                   (d0.prechecked, d0.neutralised, d0.downgraded),
-                                   (d1.prechecked, d1.neutralised, d1.downgraded)):
+        for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded",
+                                    "defence_gated"),
+                                   (d0.prechecked, d0.neutralised, d0.downgraded, d0.gated),
+                                   (d1.prechecked, d1.neutralised, d1.downgraded, d1.gated)):
             log_metric(f"{name}/{key}", float(now - start))
+        for reason in sorted(set(d0.gate_reasons) | set(d1.gate_reasons)):
+            log_metric(f"{name}/gated/{reason}", float(d1.gate_reasons.get(reason, 0) - d0.gate_reasons.get(reason, 0)))
 
 
 def _log_metrics(log_metric: Callable[[str, float], None] | None, name: str, records: list[SampleRecord],

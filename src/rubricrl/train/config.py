@@ -6,6 +6,7 @@ TRL option (loss_type, beta, num_generations, use_vllm, ...) works as documented
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from pathlib import Path
@@ -35,6 +36,14 @@ DEMO_GRPO = {
 }
 
 
+# The demo's system message (our own text): the embedded 135M policy writes shorter, more focused
+# replies with it, so fewer completions are cut off at max_completion_length.
+DEMO_SYSTEM_PROMPT = ("You are a warm, attentive listener. Reply in two or three short sentences: acknowledge "
+                      "the feeling, reflect what happened, and ask one gentle question.")
+# What `rubricrl train` without a config file sets on top of the defaults (docs/training.md).
+DEMO_SETTINGS: dict[str, Any] = {"data": {"system_prompt": DEMO_SYSTEM_PROMPT}}
+
+
 class ConfigError(ValueError):
     pass
 
@@ -47,6 +56,8 @@ class DataConfig(BaseModel):
     prompt_field: str = "prompt"
     limit_train: int | None = Field(None, ge=1)
     limit_heldout: int | None = Field(None, ge=1)
+    system_prompt: str | None = Field(None, description="system message put first in every prompt that has none "
+                                                        "(the demo sets one, see DEMO_SYSTEM_PROMPT)")
 
 
 class RewardConfig(BaseModel):
@@ -191,7 +202,7 @@ def _parse_override(item: str) -> tuple[list[str], Any]:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a YAML config (or the demo defaults), apply `key=value` overrides, validate."""
-    data: dict[str, Any] = {}
+    data: dict[str, Any] = copy.deepcopy(DEMO_SETTINGS) if path is None else {}
     source = "the demo defaults"
     if path is not None:
         source = str(path)

@@ -6,7 +6,7 @@ Every row must resolve to a rubric (its own or the shared one) before any model 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rubricrl.core.messages import as_conversation
@@ -60,7 +60,10 @@ def read_records(path: Path) -> list[dict]:
 
 
 def load_prompt_data(train: str, heldout: str | None, shared_rubric: str | None, prompt_field: str = "prompt",
-                     limit_train: int | None = None, limit_heldout: int | None = None) -> PromptData:
+                     limit_train: int | None = None, limit_heldout: int | None = None,
+                     system_prompt: str | None = None) -> PromptData:
+    """Training and held-out rows. `system_prompt`, when given, is put first in every row's messages
+    that has no system message of its own."""
     rubrics: dict[str, Rubric] = {}
     shared = None
     if shared_rubric:
@@ -80,6 +83,13 @@ def load_prompt_data(train: str, heldout: str | None, shared_rubric: str | None,
         held = [r for i, r in enumerate(rows) if i % 5 == 4]
     if not train_rows:
         raise ValueError(f"{train_path}: no training rows")
+    if system_prompt:
+        def with_system(row: PromptRow) -> PromptRow:
+            if any(m["role"] == "system" for m in row.messages):
+                return row
+            return replace(row, messages=[{"role": "system", "content": system_prompt}, *row.messages])
+
+        train_rows, held = [with_system(r) for r in train_rows], [with_system(r) for r in held]
     return PromptData(train_rows[:limit_train], held[:limit_heldout], rubrics)
 
 

@@ -53,3 +53,30 @@ def evaluate(model, tokenizer, rows: Sequence[PromptRow], rubrics: dict[str, Rub
                         "verdicts": [v.model_dump(mode="json") for v in verdicts]})
     scores = [r["score"] for r in records if r["score"] is not None]
     return records, (bootstrap(scores) if scores else None)
+
+
+def paired_change(before: Sequence[dict], after: Sequence[dict], rubrics: dict[str, Rubric] | None = None, *,
+                  resamples: int = 1000, seed: int = 0) -> dict | None:
+    """The paired difference after - before over the held-out prompts scored in both evaluations (mean
+    and 95% bootstrap CI over prompts, unclipped), with what must not regress alongside: the hard-rule
+    pass rate and the share of replies the quality gate stopped (judge id `gate`; only when the
+    evaluation judge has a gate). None when no prompt was scored in both."""
+    first = {r["id"]: r for r in before if r.get("score") is not None}
+    pairs = [(first[r["id"]], r) for r in after if r.get("score") is not None and r["id"] in first]
+    if not pairs:
+        return None
+    diff = bootstrap([b["score"] - a["score"] for a, b in pairs], resamples=resamples, seed=seed, clip=False)
+    # a hard rule passes when a positive one is met or a pitfall (negative weight) is not
+    hard = {c.id: c.weight > 0 for rubric in (rubrics or {}).values() for c in rubric.criteria if c.kind == "hard_rule"}
+
+    def side(records: list[dict]) -> dict:
+        verdicts = [v for r in records for v in r["verdicts"] if v["criterion_id"] in hard]
+        decided = [v for v in verdicts if v["status"] in ("met", "unmet")]
+        gated = sum(any(v.get("judge_id") == "gate" for v in r["verdicts"]) for r in records)
+        return {"mean": sum(r["score"] for r in records) / len(records),
+                "hard_rule_pass_rate": (sum((v["status"] == "met") == hard[v["criterion_id"]] for v in decided)
+                                        / len(decided)) if decided else None,
+                "gated_share": gated / len(records)}
+
+    return {"n": len(pairs), "difference": diff.to_dict(), "excludes_zero": diff.ci_low > 0 or diff.ci_high < 0,
+            "before": side([a for a, _ in pairs]), "after": side([b for _, b in pairs])}

@@ -66,8 +66,9 @@ def load_policy(spec: str):
     return model, tokenizer
 
 
-def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dict:
-    """Run (or resume) a training run end to end; return the summary written to summary.json."""
+def run_training(config: TrainConfig, *, resume: bool = False, log=print, callbacks: list | None = None) -> dict:
+    """Run (or resume) a training run end to end; return the summary written to summary.json.
+    `callbacks`: extra transformers TrainerCallbacks (bench/learning.py evaluates every N steps with one)."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig
@@ -80,13 +81,14 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     if config.dialogue.enabled:
         return _run_dialogue_training(config, run_dir, resume, log, started)
     data = load_prompt_data(config.data.train, config.data.heldout, config.rubric, config.data.prompt_field,
-                            config.data.limit_train, config.data.limit_heldout)
+                            config.data.limit_train, config.data.limit_heldout, config.data.system_prompt)
     log(f"data: {len(data.train)} training prompts, {len(data.heldout)} held-out, {len(data.rubrics)} rubric(s)")
     reward_judge = make_judge(config.reward.judge, threshold=config.reward.threshold)
     eval_judge = make_judge(config.eval.judge) if config.eval.enabled else None
     model, tokenizer = load_policy(config.model)
 
-    summary: dict = {"run_dir": str(run_dir), "model": config.model}
+    summary: dict = {"run_dir": str(run_dir), "model": config.model, "reward_judge": config.reward.judge,
+                     "eval_judge": config.eval.judge if config.eval.enabled else None}
     if eval_judge is not None:
         summary["before"] = _evaluate_once(run_dir / "eval_before.jsonl", model, tokenizer, data, eval_judge,
                                            config.eval.max_new_tokens, log, "before")
@@ -121,9 +123,11 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
         model=model, reward_funcs=reward_funcs, args=args,
         train_dataset=Dataset.from_list([r.to_trl() for r in data.train]),
         processing_class=tokenizer, peft_config=peft_config,
-        callbacks=[RunFilesCallback(run_dir, rubric_reward)],
+        callbacks=[RunFilesCallback(run_dir, rubric_reward), *(callbacks or [])],
         scaffold=config.scaffold, rubrics=data.rubrics, sample_buffer=buffer,
     )
+    _compact_console(trainer, log, args.per_device_train_batch_size, reward_name=rubric_reward.__name__,
+                     criteria=_model_judged(data.rubrics))
     checkpoint = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
     log(f"training: {args.max_steps} GRPO steps, {args.num_generations} generations per prompt"
         + (" (resuming from the last checkpoint)" if checkpoint else ""))
@@ -133,11 +137,32 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print) -> dic
     if eval_judge is not None:
         summary["after"] = _evaluate_once(run_dir / "eval_after.jsonl", trainer.model, tokenizer, data, eval_judge,
                                           config.eval.max_new_tokens, log, "after", reuse=False)
+    if summary.get("before") and summary.get("after"):
+        from rubricrl.train.evaluate import paired_change
+
+        summary["change"] = paired_change(read_jsonl(run_dir / "eval_before.jsonl"),
+                                          read_jsonl(run_dir / "eval_after.jsonl"), data.rubrics)
     summary["reward_totals"] = dict(rubric_reward.totals)
     summary["steps"] = trainer.state.global_step
     summary["seconds"] = round(time.time() - started, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _model_judged(rubrics) -> tuple[str, ...]:
+    """Ids of the model-judged criteria with a positive weight, in rubric order (for the console line)."""
+    return tuple(dict.fromkeys(c.id for r in rubrics.values() for c in r.criteria if c.check is None and c.weight > 0))
+
+
+def _compact_console(trainer, log, batch: int, *, reward_name: str, criteria: tuple[str, ...] = ()) -> None:
+    """One line per step on the console (train/console.py) instead of TRL's raw metric dict."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from rubricrl.train.console import ConsoleCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(ConsoleCallback(log, batch=batch, criteria=criteria, reward_name=reward_name))
 
 
 def _grpo_args(config: TrainConfig, run_dir: Path, weights: list[float]):
@@ -196,6 +221,7 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
         model=model, reward_funcs=reward_funcs, args=args, processing_class=tokenizer,
         train_dataset=Dataset.from_list([{"prompt": opening_prompt(p), "persona_id": p.id} for p in personas]),
         peft_config=_peft_config(config), callbacks=[RunFilesCallback(run_dir, emotion)], rollout_func=rollout)
+    _compact_console(trainer, log, args.per_device_train_batch_size, reward_name=emotion.__name__)
     checkpoint = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
     log(f"training: {args.max_steps} multi-turn GRPO steps, {args.num_generations} conversations per persona")
     trainer.train(resume_from_checkpoint=True if checkpoint else None)
