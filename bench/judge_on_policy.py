@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 GOLD = Path(__file__).resolve().parent / "gold"
-DEFAULT_JUDGES = ["exemplar+local", "exemplar", "local"]
+DEFAULT_JUDGES = ["gate+exemplar+local", "gate:bundled:eval+exemplar:bundled:eval", "exemplar", "local"]
 SHARED = ("coherent", "deflects")
 MIN_CLASS = 5
 
@@ -112,6 +112,31 @@ def run_judge(spec: str, items: list[dict]) -> dict[str, dict[str, tuple[str, fl
             out[item["id"]] = {v.criterion_id: (v.status.value, v.p_met) for v in verdicts}
         print(f"  {spec}: {min(start + 16, len(items))}/{len(items)}", file=sys.stderr, flush=True)
     return out
+
+
+def unseen_items(spec: str, items: list[dict]) -> list[dict]:
+    """The items whose prompt the judge's fitted models never saw. The bundled judges are cross-fitted on
+    gold items of half of the training prompts (bench/gold/export_training.py); the gate's manifest lists
+    the prompts (hashed) its bundle was fitted on, and the exemplar models of a bundle share them."""
+    import hashlib
+
+    from rubricrl.judges import make_judge
+
+    judge = make_judge(spec, cache=False)
+    gate = getattr(judge, "gate", None)
+    trained = set(gate.trained_on.get("prompts", [])) if gate is not None else set()
+    exemplar = getattr(judge, "exemplar_judge", None)
+    if exemplar is not None and gate is None and exemplar.judge_dir.name in ("fitted", "fitted-eval"):
+        from rubricrl.judges.gate import QualityGate
+        from rubricrl.judges.registry import BUNDLED_JUDGES
+
+        sibling = {fitted: g for fitted, g in BUNDLED_JUDGES.values()}[exemplar.judge_dir.name]
+        trained = set(QualityGate(exemplar.judge_dir.parent / sibling).trained_on.get("prompts", []))
+
+    def key(prompt: str) -> str:
+        return hashlib.sha256(" ".join(prompt.split()).encode("utf-8")).hexdigest()[:12]
+
+    return [i for i in items if key(i["prompt"]) not in trained]
 
 
 def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
@@ -207,7 +232,12 @@ def main() -> None:
               f"{agreement['agreement']:.3f}, Cohen's kappa {fmt(agreement['kappa'], 3)}")
     results = []
     for spec in args.judge or DEFAULT_JUDGES:
-        r = measure(spec, items, labels)
+        unseen = unseen_items(spec, items)
+        if len(unseen) < len(items):
+            print(f"\n{spec}: measured on the {len(unseen)} gold items whose prompt its models were not fitted on "
+                  f"({len(items) - len(unseen)} left out)")
+        r = measure(spec, unseen, labels)
+        r["items"] = len(unseen)
         results.append(r)
         print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)} ({fmt(r['mean_auc_solid'], 3)} over the "
               f"{r['solid_criteria']} criteria with >= {MIN_CLASS} of each class); positive criteria met on "

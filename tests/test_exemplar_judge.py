@@ -161,8 +161,9 @@ def test_bundled_models_cover_the_default_rubrics_offline():
                                          JudgeRequest(conv, cold, rubric.criteria)]))
     p = {v.criterion_id: v.p_met for v in good}
     q = {v.criterion_id: v.p_met for v in bad}
-    for cid in ("validates-feeling", "invites-more", "no-rushed-advice"):
+    for cid in ("validates-feeling", "invites-more"):
         assert p[cid] > q[cid], cid
+    assert p["rushes-to-advice"] < q["rushes-to-advice"]  # the pitfall: the cold reply opens with advice
     assert all(v.status is not Status.SKIPPED for v in good)  # every criterion decided, no LLM needed
 
 

@@ -164,7 +164,7 @@ def test_audit_of_an_always_met_judge(tmp_path, monkeypatch):
     assert report["rows"] == 2 and "skipped row" in result.output
     probes = {p["name"]: p for p in report["probes"]}
     assert set(probes) == set(ALWAYS) | {"first_sentence", "reference_copy"}
-    assert probes["first_sentence"]["pairs"] == 4  # only row a has a good reply; 4 positive model criteria
+    assert probes["first_sentence"]["pairs"] == 3  # only row a has a good reply; 3 positive model criteria
     assert all(p["fpr_without"] == 1.0 for p in probes.values())
     assert report["master_key"]["fpr_without"] == 1.0 and report["master_key"]["fpr_with"] == 0.0
     assert probes["empty"]["fpr_with"] == 0.0 and probes["padding"]["fpr_with"] == 1.0

@@ -82,12 +82,21 @@ def test_run_files_exist_and_parse(trained_run):
     assert metrics[0]["scaffold/probability"] > metrics[1]["scaffold/probability"]  # linear decay
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 2 * 4 and {s["step"] for s in samples} == {1, 2}
-    assert all(len(s["verdicts"]) == 8 for s in samples)  # the empathy rubric's 8 criteria
+    assert all(len(s["verdicts"]) == 9 for s in samples)  # the empathy rubric's 9 criteria
+    assert all("rubric/defence_gated" in m for m in metrics)  # the quality gate is counted per step
     assert "Guidance for your reply" not in samples[0]["prompt"]  # the judge saw the original prompt
     assert summary["before"]["rows"] == 3 and summary["after"]["rows"] == 3
     assert len(read_jsonl(run_dir / "eval_after.jsonl")) == 3
     saved = json.loads((run_dir / "summary.json").read_text())
     assert saved["steps"] == 2 and saved["reward_totals"]["completions"] == 8
+    # the paired before/after change over the 3 held-out prompts, by hand from the two eval files
+    before = {r["id"]: r["score"] for r in read_jsonl(run_dir / "eval_before.jsonl")}
+    after = {r["id"]: r["score"] for r in read_jsonl(run_dir / "eval_after.jsonl")}
+    change = saved["change"]
+    assert change["n"] == 3 and saved["eval_judge"] == "gate:bundled:eval+exemplar:bundled:eval"
+    assert change["difference"]["mean"] == pytest.approx(sum(after[k] - before[k] for k in before) / 3)
+    assert change["difference"]["ci_low"] <= change["difference"]["mean"] <= change["difference"]["ci_high"]
+    assert change["excludes_zero"] == (change["difference"]["ci_low"] > 0 or change["difference"]["ci_high"] < 0)
 
 
 def test_report_is_valid_html_with_plots(trained_run):
@@ -97,6 +106,8 @@ def test_report_is_valid_html_with_plots(trained_run):
     parser.feed(text)
     assert parser.tags.count("img") == 4 and "table" in parser.tags
     assert "Held-out score, before and after" in text and "http" not in text.replace("https://", "")
+    assert "after &minus; before, paired over 3 held-out prompts" in text
+    assert "gate:bundled:eval+exemplar:bundled:eval" in text
     os.remove(run_dir / "report.html")
     result = subprocess.run([sys.executable, "-m", "rubricrl.cli", "report", str(run_dir)], capture_output=True,
                             text=True, timeout=120)

@@ -11,7 +11,9 @@ from rubricrl.train.scaffold import HINT_HEADER, draw, hint_probability, hint_te
 
 def test_demo_config_defaults():
     cfg = load_config()
-    assert cfg.model == "smollm2-135m" and cfg.rubric == "empathy" and cfg.eval.judge == "rules"
+    assert cfg.model == "smollm2-135m" and cfg.rubric == "empathy"
+    assert cfg.reward.judge == "gate+exemplar+local" and cfg.eval.judge == "gate:bundled:eval+exemplar:bundled:eval"
+    assert cfg.grpo_kwargs()["temperature"] == 0.7 and cfg.grpo_kwargs()["top_p"] == 0.9
     assert cfg.grpo_kwargs()["num_generations"] == 4
 
 

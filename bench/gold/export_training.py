@@ -3,6 +3,10 @@
     python bench/gold/export_training.py
 
 Reads
+- the gold set's items that answer a TRAIN-split prompt (bench/gold/items.jsonl, labels.jsonl): the
+  judges are cross-fitted, each on one half of the training prompts, and bench/judge_on_policy.py
+  measures each judge only on gold items whose prompt it was not fitted on (the other half, and every
+  held-out prompt);
 - `src/rubricrl/data/exemplars/onpolicy_items.jsonl` + `onpolicy_labels.jsonl`: the embedded policy's
   own replies to the TRAIN-split prompts (temperature 0.5, 0.7 with top_p 0.9, and 1.0; none of them is
   in the gold set, whose items are the measurement), labelled by reading with bench/gold/GUIDE.md;
@@ -10,16 +14,17 @@ Reads
 - `src/rubricrl/data/exemplars/deflections.txt`: hand-written deflections, one per line.
 
 Writes
-- `gate_examples.jsonl` (judges/gate.py): {prompt, reply, coherent, deflects?, source}. A hand-written
-  reply is coherent by authorship; only the on-policy replies and the hand-written deflections carry a
-  `deflects` label (a hand-written one-line referral may itself be a deflection, so the others carry
-  none);
+- `gate_examples.jsonl` (judges/gate.py): {prompt, reply, coherent, deflects, source, half}: the
+  policy's replies, and the hand-written deflections with `coherent: null` (they teach only the
+  deflection model; hand-written replies taught the coherence model "hand-written vs. policy style",
+  so none is used for it);
 - `criteria_examples.jsonl` (judges/exemplar.py, `rubricrl judge fit --labels`): one row per
   (reply, criterion) in the labels.jsonl format, with the prompt as `context`: the on-policy replies and
   the hand-written ones.
 
-Every row carries `half` (`a` or `b`), decided by a hash of the prompt it answers, so that the two
-halves share no prompt: the default reward judge is fitted on half `a`, the independent evaluation judge
+Every row carries `half` (`a` or `b`). A reply to a bundled prompt (gold or on-policy) goes to the half a
+hash of its prompt decides, so the two halves share no bundled prompt; hand-written examples alternate
+between the halves within each (criterion, label): the default reward judge is fitted on half `a`, the independent evaluation judge
 of `rubricrl train` on half `b` (bench/gold/fit_bundled.py, docs/training.md).
 
 `no-rushed-advice` was labelled as written before it became the pitfall `rushes-to-advice` ("jumps
@@ -36,6 +41,7 @@ import json
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "rubricrl" / "data" / "exemplars"
+GOLD = Path(__file__).resolve().parent
 SHARED = ("coherent", "deflects")
 
 
@@ -48,34 +54,47 @@ def read(path: Path) -> list[dict]:
 
 
 def main() -> None:
-    items = {r["id"]: r for r in read(DATA / "onpolicy_items.jsonl")}
-    labels = {r["id"]: r["labels"] for r in read(DATA / "onpolicy_labels.jsonl")}
-    missing = sorted(set(items) - set(labels))
-    if missing:
-        raise SystemExit(f"{len(missing)} on-policy items have no labels, e.g. {missing[:5]}")
+    items, labels = {}, {}
+    if (DATA / "onpolicy_labels.jsonl").is_file():
+        items = {r["id"]: r for r in read(DATA / "onpolicy_items.jsonl")}
+        labels = {r["id"]: r["labels"] for r in read(DATA / "onpolicy_labels.jsonl")}
+        missing = sorted(set(items) - set(labels))
+        if missing:
+            raise SystemExit(f"{len(missing)} on-policy items have no labels, e.g. {missing[:5]}")
+    # gold items answering TRAIN-split prompts (cross-fitting, see the module docstring)
+    train_prompts = {r["prompt"] for r in read(DATA.parent / "prompts" / "emotional_support.jsonl")
+                     if r["split"] == "train"}
+    gold_labels = {r["id"]: r["labels"] for r in read(GOLD / "labels.jsonl")}
+    for item in read(GOLD / "items.jsonl"):
+        if item["prompt"] in train_prompts:
+            items[item["id"]], labels[item["id"]] = item, gold_labels[item["id"]]
     gate, criteria = [], []
     for item_id, item in items.items():
         row = labels[item_id]
         gate.append({"prompt": item["prompt"], "reply": item["reply"], "coherent": row["coherent"],
-                     "deflects": row["deflects"], "source": "onpolicy", "half": half(item["prompt"])})
+                     "deflects": row["deflects"], "source": "gold" if item_id.startswith("g") else "onpolicy",
+                     "half": half(item["prompt"])})
         for cid, value in row.items():
             if cid == "no-rushed-advice":
                 cid, value = "rushes-to-advice", not value
             if cid not in SHARED:
                 criteria.append({"rubric": item["rubric"], "criterion_id": cid, "context": item["prompt"],
-                                 "response": item["reply"], "label": value, "source": item_id,
+                                 "response": item["reply"], "label": value,
+                                 "source": "gold" if item_id.startswith("g") else "onpolicy", "item": item_id,
                                  "half": half(item["prompt"])})
-    seen = set()
+    # hand-written examples answer contexts written with them (none is a bundled prompt): they alternate
+    # between the halves within each (criterion, label), so both halves can fit every criterion
+    turn: dict = {}
     for row in read(DATA / "labels.jsonl"):
-        key = (row.get("context", ""), row["response"])
-        if key not in seen:
-            seen.add(key)
-            gate.append({"prompt": row.get("context", ""), "reply": row["response"], "coherent": True,
-                         "source": "handwritten", "half": half(row.get("context", ""))})
-        criteria.append({**row, "source": "handwritten", "half": half(row.get("context", ""))})
-    prompts = [r["prompt"] for r in items.values()]
+        group = (row["criterion_id"], row["label"])
+        turn[group] = turn.get(group, -1) + 1
+        row_half = "ab"[turn[group] % 2]
+        criteria.append({**row, "source": "handwritten", "half": row_half})
+    # each hand-written deflection answers a training prompt of its own half, so the halves stay disjoint
+    by_half = {h: sorted({r["prompt"] for r in items.values() if half(r["prompt"]) == h}) for h in "ab"}
     for k, line in enumerate(l for l in (DATA / "deflections.txt").read_text("utf-8").split("\n") if l.strip()):
-        gate.append({"prompt": prompts[(7 * k) % len(prompts)], "reply": line.strip(), "coherent": True,
+        prompts = by_half["ab"[k % 2]]
+        gate.append({"prompt": prompts[(7 * k) % len(prompts)], "reply": line.strip(), "coherent": None,
                      "deflects": True, "source": "handwritten-deflection", "half": "ab"[k % 2]})
     for name, rows in (("gate_examples.jsonl", gate), ("criteria_examples.jsonl", criteria)):
         (DATA / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")

@@ -47,10 +47,9 @@ def main() -> None:
             labels.write_text("".join(json.dumps(r) + "\n" for r in criteria_rows if r["half"] == half), "utf-8")
             for name in RUBRICS:
                 rubric = load_rubric(bundled_rubric_path(name))
-                contexts: dict[str, str] = {}
-                examples, warnings = collect_examples(rubric, labels, rubric_name=name, contexts=contexts)
+                examples, warnings = collect_examples(rubric, labels, rubric_name=name)
                 out = Path(tmp) / name
-                for r in fit_exemplars(rubric, examples, out, contexts=contexts):
+                for r in fit_exemplars(rubric, examples, out):
                     auc = f"{r.auc:.3f}" if r.auc is not None else "-"
                     print(f"[{half}] {name}/{r.criterion_id}: {r.n_met} met, {r.n_unmet} unmet, {r.status}, CV AUC {auc}"
                           + "".join(f"; {w}" for w in r.warnings))

@@ -21,9 +21,8 @@ from rubricrl.rubrics.loading import load_rubric
 def judge_fit(
     rubric: Annotated[Path, rubric_option("Rubric file (bundled name or path); criteria may carry `examples`.")],
     out: Annotated[Path, typer.Option(help="Directory for the fitted exemplar judge.")],
-    labels: Annotated[Optional[list[Path]], typer.Option(help="JSONL of {criterion_id, response, label, rubric?, "
-                                                               "context?} (repeatable). With a `context` (what the "
-                                                               "person said), pair models are fitted.")] = None,
+    labels: Annotated[Optional[list[Path]], typer.Option(help="JSONL of {criterion_id, response, label, rubric?} "
+                                                               "(repeatable).")] = None,
     min_examples: Annotated[int, typer.Option(min=2, help="Examples needed of each class to fit a criterion.")] = 8,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
 ):
@@ -34,15 +33,14 @@ def judge_fit(
     path = rubric_path(rubric)
     refuse_clash([("--out", out), (f"--out (its {MANIFEST})", out / MANIFEST)],
                  [("--rubric", path)] + [("--labels", p) for p in labels or []])
-    contexts: dict[str, str] = {}
     try:
         the_rubric = load_rubric(path)
-        examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem, contexts=contexts)
+        examples, warnings = collect_examples(the_rubric, labels, rubric_name=path.stem)
     except RubricError as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot read: {exc}")
-    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds, contexts=contexts)
+    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds)
     table = Table(title=f"exemplar judge fit ({folds}-fold cross-validation)")
     for col in ("criterion", "met", "unmet", "status", "CV AUC", "balanced acc", "threshold"):
         table.add_column(col)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-DEFAULT_JUDGE = "exemplar+local"
+DEFAULT_JUDGE = "gate+exemplar+local"
 JUDGE_SPECS = ("`rules`, `local[:MODEL]`, `exemplar[:DIR]`, `openai:URL?mode=...`, `llamacpp[:FILE.gguf]`, or a `+` "
                "mix (default: bundled exemplar models, then the embedded LLM).")
 

@@ -40,7 +40,7 @@ from rubricrl.rubrics.rows import InvalidRow, ScoringRow, read_rows
 from rubricrl.rubrics.model import Rubric
 
 RUN_FILE, GENERATIONS, RESULTS, SUMMARY = "run.json", "generations.jsonl", "results.jsonl", "summary.json"
-DEFAULT_JUDGE = "exemplar+local"
+DEFAULT_JUDGE = "gate+exemplar+local"
 DEFAULTS = {"samples": 1, "max_tokens": 512, "temperature": 0.0, "seed": 0}
 
 Phase = Callable[[str, int], Callable[[int], None]]  # (phase name, total) -> advance(n)

@@ -36,7 +36,7 @@ from rubricrl.rewards.rows import ERROR_POLICIES, RowInput, RowReward, failures,
 from rubricrl.rubrics.values import is_blank, load_named_rubric, looks_like_rubric, plain, rubric_value
 
 JUDGE_ENV, RUBRIC_ENV, POLICY_ENV = "RUBRICRL_JUDGE", "RUBRICRL_RUBRIC", "RUBRICRL_ERROR_POLICY"
-DEFAULT_JUDGE = "exemplar+local"
+DEFAULT_JUDGE = "gate+exemplar+local"
 OPTIONS = ("judge", "rubric", "error_policy", "soft")
 VERL_EXTRAS = ("reward_router_address", "reward_model_tokenizer")  # the reward loop may pass these; unused
 

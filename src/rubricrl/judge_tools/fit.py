@@ -1,6 +1,5 @@
 """Fit exemplar-judge models: labeled examples per criterion -> logistic regression on sentence
-embeddings (of the response, or of the (context, response) pair when the labels carry a `context`:
-judges/exemplar.py), cross-validated (AUC, balanced accuracy), Platt-calibrated, with a threshold chosen
+embeddings of the response, cross-validated (AUC, balanced accuracy), Platt-calibrated, with a threshold chosen
 on out-of-fold predictions. Too few examples, contradictory labels or text the encoder does not
 cover are reported, never turned into a silently useless model."""
 
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed, latin_share
-from rubricrl.judges.exemplar import CriterionModel, criterion_key, pair_vectors, save_models
+from rubricrl.judges.exemplar import CriterionModel, criterion_key, save_models
 from rubricrl.core.jsonl import iter_jsonl
 from rubricrl.core.problems import Problem, RubricError
 from rubricrl.rubrics.model import Rubric
@@ -34,12 +33,11 @@ class FitReport:
     warnings: list[str] = field(default_factory=list)
 
 
-def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None, rubric_name: str | None = None,
-                     contexts: dict[str, str] | None = None) -> tuple[dict[str, list[tuple[str, bool]]], list[str]]:
+def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None, rubric_name: str | None = None
+                     ) -> tuple[dict[str, list[tuple[str, bool]]], list[str]]:
     """Examples per criterion id, from the rubric's `examples` and labeled JSONL files.
     Label rows: {criterion_id, response, label: true|false, rubric?, context?}; rows naming another
-    rubric are ignored. Returns the examples and warnings (duplicates dropped). When `contexts` is a
-    dict, each labelled response's `context` (what the person said) is recorded in it."""
+    rubric are ignored. Returns the examples and warnings (duplicates dropped)."""
     paths = [] if labels is None else [labels] if isinstance(labels, (str, Path)) else list(labels)
     examples: dict[str, list[tuple[str, bool]]] = {c.id: [] for c in rubric.criteria if c.check is None}
     for c in rubric.criteria:
@@ -72,8 +70,6 @@ def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None
                 problems.append(Problem(str(labels), line, "context", "must be a string (what the person said)"))
             else:
                 examples[cid].append((response, label))
-                if contexts is not None and row.get("context"):
-                    contexts.setdefault(" ".join(response.split()), row["context"])
     if problems:
         raise RubricError(problems[:20])
     warnings = []
@@ -93,11 +89,8 @@ def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None
 
 def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], out_dir: Path, *,
                   min_per_class: int = MIN_PER_CLASS, folds: int = 5, seed: int = 0,
-                  encoder: str = DEFAULT_ENCODER, contexts: dict[str, str] | None = None) -> list[FitReport]:
-    """Fit and save one model per criterion with enough examples; report every criterion. With
-    `contexts` (response -> what the person said, from `collect_examples`), a criterion whose examples
-    mostly have one gets a `pair` model (judges/exemplar.py); an example without one then has a zero
-    context part."""
+                  encoder: str = DEFAULT_ENCODER) -> list[FitReport]:
+    """Fit and save one model per criterion with enough examples; report every criterion."""
     reports, models = [], {}
     for c in rubric.criteria:
         if c.id not in examples:
@@ -115,16 +108,8 @@ def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], o
             report.warnings.append(f"most examples are not in Latin script; {encoder} covers English only, so "
                                    "this model may be useless")
         vectors = embed(texts, encoder)
-        known = [(contexts or {}).get(" ".join(t.split())) for t in texts]
-        pair = sum(k is not None for k in known) >= 0.5 * len(texts)
-        if pair:
-            ctx = sorted({k for k in known if k})
-            ctx_vectors = dict(zip(ctx, embed(ctx, encoder)))
-            zero = np.zeros(vectors.shape[1], dtype=vectors.dtype)
-            vectors = pair_vectors(vectors, np.stack([ctx_vectors[k] if k else zero for k in known]))
         labels = np.array([label for _, label in items], dtype=bool)
         models[criterion_key(c.text)] = _fit_one(c.id, c.text, texts, vectors, labels, folds, seed, report)
-        models[criterion_key(c.text)].features = "pair" if pair else "reply"
         report.status = "fitted"
     save_models(out_dir, models, encoder)
     return reports

@@ -1,10 +1,5 @@
-"""Exemplar judge: each criterion decided by a small calibrated classifier on sentence embeddings,
-fitted on labeled examples (`rubricrl judge fit`). Cheap, deterministic, CPU.
-
-A model sees either the response alone (`features: reply`) or the pair (`features: pair`): the
-response's embedding followed by its element-wise product with the embedding of what the person said
-last, so that a relational criterion ("refers to the specific situation the person described") is
-decided with the situation in view. `judge fit` fits pair models when its labels carry a `context`.
+"""Exemplar judge: each criterion decided by a small calibrated classifier on sentence embeddings
+of the response, fitted on labeled examples (`rubricrl judge fit`). Cheap, deterministic, CPU.
 
 A judge directory holds `manifest.json` and one `<key>.npz` per criterion (weights, Platt
 calibration, threshold, and the labeled examples with their embeddings for evidence). No pickle:
@@ -24,20 +19,12 @@ import numpy as np
 
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
 from rubricrl.core.jsonl import read_text
-from rubricrl.core.messages import last_user_text
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
 from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.core.resources import data_path
 
 MANIFEST = "manifest.json"
-FEATURES = ("reply", "pair")
-
-
-def pair_vectors(reply_vectors: np.ndarray, context_vectors: np.ndarray) -> np.ndarray:
-    """The `pair` features: [reply, reply * context] (rows of unit-length embeddings)."""
-    return np.hstack([reply_vectors, reply_vectors * context_vectors])
-
 BUNDLED_DIR = data_path("exemplars", "fitted")
 
 
@@ -59,7 +46,6 @@ class CriterionModel:
     example_texts: list[str] = field(default_factory=list)
     example_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     example_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    features: str = "reply"  # reply | pair (see the module docstring)
 
     def p_met(self, vectors: np.ndarray) -> np.ndarray:
         score = vectors @ self.coef + self.intercept
@@ -69,7 +55,7 @@ class CriterionModel:
         """The closest labeled example of each class, as evidence."""
         if not len(self.example_texts):
             return ""
-        sims = self.example_vectors[:, :len(vector)] @ vector
+        sims = self.example_vectors @ vector
         parts = []
         for label, name in ((True, "met"), (False, "unmet")):
             idx = np.where(self.example_labels == label)[0]
@@ -88,7 +74,7 @@ def save_models(judge_dir: Path, models: dict[str, CriterionModel], encoder: str
                             example_labels=m.example_labels.astype(bool))
         manifest["criteria"][key] = {"criterion_id": m.criterion_id, "text": m.text, "intercept": m.intercept,
                                      "platt_a": m.platt_a, "platt_b": m.platt_b, "threshold": m.threshold,
-                                     "metrics": m.metrics, "example_texts": m.example_texts, "features": m.features}
+                                     "metrics": m.metrics, "example_texts": m.example_texts}
     (judge_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
@@ -104,11 +90,7 @@ def load_models(judge_dir: Path) -> tuple[str, dict[str, CriterionModel]]:
             criterion_id=meta["criterion_id"], text=meta["text"], coef=arrays["coef"].astype(np.float32),
             intercept=meta["intercept"], platt_a=meta["platt_a"], platt_b=meta["platt_b"],
             threshold=meta["threshold"], metrics=meta.get("metrics", {}), example_texts=meta["example_texts"],
-            example_labels=arrays["example_labels"], example_vectors=arrays["example_vectors"].astype(np.float32),
-            features=meta.get("features", "reply"))
-        if models[key].features not in FEATURES:
-            raise ValueError(f"{path}: criterion {meta['criterion_id']!r} has features {models[key].features!r}; "
-                             f"known: {', '.join(FEATURES)}")
+            example_labels=arrays["example_labels"], example_vectors=arrays["example_vectors"].astype(np.float32))
     return manifest["encoder"], models
 
 
@@ -130,12 +112,8 @@ class ExemplarJudge(StatsJudge):
         return await asyncio.to_thread(self.judge_sync, requests)
 
     def judge_sync(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
-        covered = [r for r in requests if any(self.covers(c) for c in r.criteria)]
-        texts = sorted({r.response for r in covered})
-        pairs = any(m.features == "pair" for m in self.models.values())
-        contexts = sorted({last_user_text(r.conversation) for r in covered}) if pairs else []
+        texts = sorted({r.response for r in requests if any(self.covers(c) for c in r.criteria)})
         vectors = dict(zip(texts, embed(texts, self.encoder))) if texts else {}
-        context_vectors = dict(zip(contexts, embed(contexts, self.encoder))) if contexts else {}
         self.stats.model_calls += 1 if texts else 0
         out = []
         for req in requests:
@@ -150,10 +128,7 @@ class ExemplarJudge(StatsJudge):
                                        reason="precheck: empty response cannot meet a criterion"))
                     continue
                 vector = vectors[req.response]
-                features = vector[None, :]
-                if model.features == "pair":
-                    features = pair_vectors(features, context_vectors[last_user_text(req.conversation)][None, :])
-                p = float(model.p_met(features)[0])
+                p = float(model.p_met(vector[None, :])[0])
                 row.append(Verdict(criterion_id=c.id, status=Status.MET if p >= model.threshold else Status.UNMET,
                                    p_met=p, evidence=f"p={p:.3f} (threshold {model.threshold:.2f}); "
                                                      + model.nearest(vector), judge_id=self.judge_id))

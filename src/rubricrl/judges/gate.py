@@ -15,14 +15,20 @@ regression over standardised features of the (prompt, reply) pair:
 
 The router (judges/routing.py) asks the gate about every reply that has a positive-weight criterion
 for an exemplar or model judge. When p(coherent) < its threshold the reply is `incoherent`; when
-p(deflects) >= its threshold it `deflects`. Its positive-weight model-judged criteria are then `unmet`
-with p_met 0, judge id `gate` and a reason `gate: incoherent (p_coherent=0.12 < 0.50)`; pitfalls
-(negative weight) are still judged, and rule checks always run. DefenceStats counts gated replies by
-reason, per reward call, so the trainer logs them per step.
+p(deflects) >= its threshold it `deflects`. Then the gate fires: each of those criteria is `unmet`,
+with judge id `gate`, a reason such as `gate: incoherent (p_coherent=0.12 < 0.50)`, and p_met = the
+judge's p_met x p_ok, where p_ok = p(coherent) x (1 - p(deflects)). The exemplar judge still scores a
+gated reply (it is cheap, and its p_met keeps the ranking among gated replies); an LLM judge is not
+called for it (p_met 0). A reply the gate lets through keeps its verdicts as they are. The coherence
+threshold lets 97% of the coherent training replies through (out-of-fold): the gate fires on confident
+incoherence only, because a gate that fires on good replies takes the reward's signal away.
+Pitfalls (negative weight) are judged as usual, and rule checks always run. DefenceStats counts gated
+replies by reason, per reward call, so the trainer logs them per step.
 
 The bundled gate (`gate` in a judge spec) was fitted on the embedded policy's own replies, labelled by
-reading, plus rubricrl's hand-written replies; docs/judges.md gives its gold-set AUC. A manifest holds
-every number inline (no pickle): loading a gate never executes code.
+reading (hand-written replies only teach the deflection model: with them, the coherence model learned
+"hand-written vs. policy style"); docs/judges.md gives its AUC on gold items it never saw. A manifest
+holds every number inline (no pickle): loading a gate never executes code.
 """
 
 from __future__ import annotations
@@ -123,6 +129,11 @@ class GateResult:
     p_deflects: float
     fired: str | None
     reason: str = ""
+
+    @property
+    def p_ok(self) -> float:
+        """The probability that the reply is coherent and does not deflect (the factor applied to p_met)."""
+        return self.p_coherent * (1.0 - self.p_deflects)
 
 
 def save_gate(gate_dir: Path, coherence: GateHead, deflection: GateHead, *, encoder: str = DEFAULT_ENCODER,

@@ -116,21 +116,44 @@ def local_judge(arg: str, options: BuildOptions) -> Judge:
     return cached(LocalJudge(arg or None, threshold=options.threshold), options)
 
 
-@register("exemplar", role="exemplar", usage=("exemplar", "exemplar:DIR"))
+# Bundled fitted judges (data/exemplars/): `default` is the reward judge's, fitted on half `a` of the
+# bundled examples; `eval` is the independent evaluation judge of `rubricrl train`, fitted on half `b`,
+# which shares no prompt with half `a` (bench/gold/fit_bundled.py, docs/judges.md).
+BUNDLED_JUDGES = {"default": ("fitted", "gate"), "eval": ("fitted-eval", "gate-eval")}
+
+
+def bundled_dir(arg: str, part: int) -> str | None:
+    """The directory an `exemplar:`/`gate:` argument names: None (the default bundled one) for an empty
+    argument, `bundled:NAME` for a bundled one, else the argument itself (a directory)."""
+    if not arg:
+        return None
+    if not arg.startswith("bundled:"):
+        return arg
+    name = arg.removeprefix("bundled:")
+    if name not in BUNDLED_JUDGES:
+        raise JudgeSpecError(f"unknown bundled judge {name!r}; use one of {', '.join(BUNDLED_JUDGES)} "
+                             "(e.g. `gate:bundled:eval+exemplar:bundled:eval`) or a directory")
+    from rubricrl.core.resources import data_path
+
+    return str(data_path("exemplars", BUNDLED_JUDGES[name][part]))
+
+
+@register("exemplar", role="exemplar", usage=("exemplar", "exemplar:DIR", "exemplar:bundled:eval"))
 def exemplar_judge(arg: str, options: BuildOptions):
-    """`exemplar` (the bundled models) or `exemplar:DIR` (from `rubricrl judge fit`)."""
+    """`exemplar` (the bundled models), `exemplar:bundled:NAME` or `exemplar:DIR` (from `rubricrl judge fit`)."""
     from rubricrl.judges.exemplar import ExemplarJudge
 
-    return ExemplarJudge(arg or None)
+    return ExemplarJudge(bundled_dir(arg, 0))
 
 
-@register("gate", role="gate", usage=("gate", "gate:DIR"))
+@register("gate", role="gate", usage=("gate", "gate:DIR", "gate:bundled:eval"))
 def quality_gate(arg: str, options: BuildOptions):
-    """`gate` (the bundled coherence and deflection models) or `gate:DIR` (from `rubricrl judge fit-gate`)."""
+    """`gate` (the bundled coherence and deflection models), `gate:bundled:NAME` or `gate:DIR` (from
+    `rubricrl judge fit-gate`)."""
     from rubricrl.judges.gate import QualityGate
 
     try:
-        return QualityGate(arg or None)
+        return QualityGate(bundled_dir(arg, 1))
     except (FileNotFoundError, ValueError) as exc:
         raise JudgeSpecError(str(exc)) from None
 

@@ -71,7 +71,8 @@ class RoutedJudge:
         decided: list[dict[str, Verdict]] = [{} for _ in requests]
         # defences: pre-checks and neutralised text for the exemplar and model judges; rules see the original
         screens = [screen(req.response, self.defences) for req in requests]
-        gated = self._gate(requests, screens) if self.gate is not None else {}
+        assessed = self._gate(requests, screens) if self.gate is not None else {}
+        gated = {i: r for i, r in assessed.items() if r.fired is not None}
         prechecked, neutralised = set(), set()
         for name, judge in (("rules", self.rules), ("exemplar", self.exemplar_judge), ("model", self.model_judge)):
             if judge is None:
@@ -86,7 +87,7 @@ class RoutedJudge:
                         if s.blocks(c):
                             decided[i][c.id] = s.verdict(c.id)
                             prechecked.add(i)
-                        elif i in gated and c.weight > 0:
+                        elif i in gated and c.weight > 0 and name == "model":  # no LLM call for a gated reply
                             decided[i][c.id] = Verdict(criterion_id=c.id, status=Status.UNMET, p_met=0.0,
                                                        reason=gated[i].reason, evidence=gated[i].reason,
                                                        judge_id=GATE_JUDGE_ID)
@@ -103,6 +104,8 @@ class RoutedJudge:
                                for v, c in zip(verdicts, sent.criteria)]
                     self.defence_stats.downgraded += sum(a is not b for a, b in zip(checked, verdicts))
                     verdicts = checked
+                if name != "rules" and i in assessed:
+                    verdicts = [self._gated(v, c, assessed[i]) for v, c in zip(verdicts, sent.criteria)]
                 decided[i].update({v.criterion_id: v for v in verdicts})
         st = self.defence_stats
         st.prechecked += len(prechecked)
@@ -119,9 +122,22 @@ class RoutedJudge:
             c.id, "router", "no model judge configured (use --judge local, exemplar+local or another model judge)")
             for c in req.criteria] for i, req in enumerate(requests)]
 
+    @staticmethod
+    def _gated(verdict: Verdict, criterion, result) -> Verdict:
+        """A positive criterion's verdict after the gate: unchanged when the gate did not fire; else `unmet`,
+        judge id `gate`, p_met times the gate's p_ok (the probability that the reply is coherent and does
+        not deflect: small, and it keeps the ranking among gated replies)."""
+        if criterion.weight <= 0 or verdict.status not in (Status.MET, Status.UNMET) or result.fired is None:
+            return verdict
+        p = None if verdict.p_met is None else verdict.p_met * result.p_ok
+        return verdict.model_copy(update={"status": Status.UNMET, "p_met": p if p is not None else 0.0,
+                                          "judge_id": GATE_JUDGE_ID, "reason": result.reason,
+                                          "evidence": f"{result.reason}; judge {verdict.judge_id}: "
+                                                      f"{verdict.status.value} (p={verdict.p_met})"})
+
     def _gate(self, requests: Sequence[JudgeRequest], screens) -> dict:
-        """Index -> GateResult for the replies the quality gate stops. Only replies with a positive-weight
-        criterion for the exemplar or model judge, not already decided by a pre-check, are assessed."""
+        """Index -> GateResult for every reply with a positive-weight criterion for the exemplar or model
+        judge that no pre-check decided."""
         todo = [i for i, req in enumerate(requests)
                 if any(c.weight > 0 and self.route(c) in ("exemplar", "model") and not screens[i].blocks(c)
                        for c in req.criteria)]
@@ -129,5 +145,5 @@ class RoutedJudge:
             return {}
         prompts = [last_user_text(requests[i].conversation) for i in todo]
         results = self.gate.assess(prompts, [screens[i].text for i in todo])
-        return {i: r for i, r in zip(todo, results) if r.fired is not None}
+        return dict(zip(todo, results))
 

@@ -29,7 +29,7 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rubric: Rubric | None = Field(default=None, description="rubric for rows whose label carries none")
-    judge: str = Field(default="exemplar+local", description="judge spec (rubricrl.judges.make_judge)")
+    judge: str = Field(default="gate+exemplar+local", description="judge spec (rubricrl.judges.make_judge)")
     cache: bool = Field(default=True, description="use the SQLite verdict cache for model judges")
     cache_path: str | None = Field(default=None, description="verdict cache file (default: user cache dir)")
     host: str = "127.0.0.1"

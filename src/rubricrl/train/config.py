@@ -25,9 +25,12 @@ DEMO_GRPO = {
     "per_device_train_batch_size": 8,
     "max_completion_length": 96,
     "max_steps": 24,
-    "learning_rate": 5.0e-6,
+    "learning_rate": 1.0e-5,
     "beta": 0.0,
-    "temperature": 1.0,
+    # issue 15: at temperature 1.0 the 135M policy writes word salad (7 of 280 sampled gold replies were
+    # coherent), so the reward had nothing sensible to compare; 0.7 with nucleus 0.9 keeps GRPO's spread
+    "temperature": 0.7,
+    "top_p": 0.9,
     "logging_steps": 1,
     "save_steps": 8,
     "save_total_limit": 2,
@@ -42,6 +45,11 @@ DEMO_SYSTEM_PROMPT = ("You are a warm, attentive listener. Reply in two or three
                       "the feeling, reflect what happened, and ask one gentle question.")
 # What `rubricrl train` without a config file sets on top of the defaults (docs/training.md).
 DEMO_SETTINGS: dict[str, Any] = {"data": {"system_prompt": DEMO_SYSTEM_PROMPT}}
+
+
+# The held-out judge: the quality gate and exemplar models fitted on half `b` of the bundled examples,
+# which share no prompt with the reward judge's half `a` (bench/gold/fit_bundled.py).
+EVAL_JUDGE = "gate:bundled:eval+exemplar:bundled:eval"
 
 
 class ConfigError(ValueError):
@@ -62,7 +70,7 @@ class DataConfig(BaseModel):
 
 class RewardConfig(BaseModel):
     model_config = _STRICT
-    judge: str = "exemplar+local"
+    judge: str = Field("gate+exemplar+local", description="reward judge spec (docs/judges.md)")
     error_policy: Literal["mask", "zero", "raise"] = "mask"
     soft: bool = Field(True, description="score model verdicts by p_met (expected points) instead of 0/1")
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -78,8 +86,8 @@ class RewardConfig(BaseModel):
 
 class EvalConfig(BaseModel):
     model_config = _STRICT
-    judge: str = Field("rules", description="held-out judge; default rules only, so a gain is not just the "
-                                            "reward judge agreeing with itself")
+    judge: str = Field(EVAL_JUDGE, description="held-out judge, independent of the reward judge: by default the "
+                                               "bundled models fitted on prompt-disjoint examples (docs/training.md)")
     max_new_tokens: int = Field(96, ge=1)
     enabled: bool = True
 
