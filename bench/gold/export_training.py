@@ -7,9 +7,9 @@ Reads
   judges are cross-fitted, each on one half of the training prompts, and bench/judge_on_policy.py
   measures each judge only on gold items whose prompt it was not fitted on (the other half, and every
   held-out prompt);
-- `src/rubricrl/data/exemplars/onpolicy_items.jsonl` + `onpolicy_labels.jsonl`: the embedded policy's
-  own replies to the TRAIN-split prompts (temperature 0.5, 0.7 with top_p 0.9, and 1.0; none of them is
-  in the gold set, whose items are the measurement), labelled by reading with bench/gold/GUIDE.md;
+- `bench/gold/onpolicy_items.jsonl` + `onpolicy_labels.jsonl`, once labelled: 258 further replies of
+  the embedded policy to the TRAIN-split prompts (temperature 0.5, 0.7 with top_p 0.9, and 1.0; none of
+  them is a gold item). Their labels are not written yet; the bundled judges do not use them;
 - `src/rubricrl/data/exemplars/labels.jsonl`: rubricrl's hand-written replies, labelled per criterion;
 - `src/rubricrl/data/exemplars/deflections.txt`: hand-written deflections, one per line.
 
@@ -55,9 +55,9 @@ def read(path: Path) -> list[dict]:
 
 def main() -> None:
     items, labels = {}, {}
-    if (DATA / "onpolicy_labels.jsonl").is_file():
-        items = {r["id"]: r for r in read(DATA / "onpolicy_items.jsonl")}
-        labels = {r["id"]: r["labels"] for r in read(DATA / "onpolicy_labels.jsonl")}
+    if (GOLD / "onpolicy_labels.jsonl").is_file():
+        items = {r["id"]: r for r in read(GOLD / "onpolicy_items.jsonl")}
+        labels = {r["id"]: r["labels"] for r in read(GOLD / "onpolicy_labels.jsonl")}
         missing = sorted(set(items) - set(labels))
         if missing:
             raise SystemExit(f"{len(missing)} on-policy items have no labels, e.g. {missing[:5]}")
