@@ -61,6 +61,24 @@ def iter_jsonl(path: str | Path, *, errors: str = "strict") -> Iterator[tuple[in
                 yield number, text
 
 
+def iter_objects(path: str | Path, problems: list, shape: str) -> Iterator[tuple[int, dict]]:
+    """(line number, row) for each JSON object line of a JSONL file; a line that is not valid JSON or not
+    an object is recorded in `problems` (a located `Problem`, `shape` says what a row should be) and
+    skipped, so the caller can report every bad line at once."""
+    from rubricrl.core.problems import Problem
+
+    for line, text in iter_jsonl(path):
+        try:
+            row = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            problems.append(Problem(str(path), line, "", f"malformed JSON: {exc}"))
+            continue
+        if not isinstance(row, dict):
+            problems.append(Problem(str(path), line, "", "a row must be a JSON object", f"write {shape} per line"))
+            continue
+        yield line, row
+
+
 def read_jsonl(path: str | Path) -> list[Any]:
     """Every value of a JSONL file; a malformed line raises ValueError naming the file and line."""
     values = []

@@ -5,7 +5,6 @@ cover are reported, never turned into a silently useless model."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed, latin_share
 from rubricrl.judges.exemplar import CriterionModel, criterion_key, save_models
-from rubricrl.core.jsonl import iter_jsonl
+from rubricrl.core.jsonl import iter_objects
 from rubricrl.core.problems import Problem, RubricError
 from rubricrl.rubrics.model import Rubric
 
@@ -45,16 +44,7 @@ def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None
             examples[c.id] += [(t, True) for t in c.examples.met] + [(t, False) for t in c.examples.unmet]
     problems: list[Problem] = []
     for labels in paths:
-        for line, text in iter_jsonl(labels):
-            try:
-                row = json.loads(text)
-            except (ValueError, RecursionError) as exc:
-                problems.append(Problem(str(labels), line, "", f"malformed JSON: {exc}"))
-                continue
-            if not isinstance(row, dict):
-                problems.append(Problem(str(labels), line, "", "a row must be a JSON object",
-                                        "write {criterion_id, response, label} per line"))
-                continue
+        for line, row in iter_objects(labels, problems, "{criterion_id, response, label}"):
             if rubric_name and row.get("rubric") not in (None, rubric_name, rubric.id):
                 continue
             cid, response, label = row.get("criterion_id"), row.get("response"), row.get("label")

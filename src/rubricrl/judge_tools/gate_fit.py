@@ -14,13 +14,12 @@ on the out-of-fold probabilities; the coherence threshold lets 97% of the cohere
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from rubricrl.core.jsonl import iter_jsonl
+from rubricrl.core.jsonl import iter_objects
 from rubricrl.core.problems import Problem, RubricError
 from rubricrl.core.resources import data_path
 from rubricrl.judge_tools.fit import best_threshold
@@ -59,16 +58,7 @@ class GateFitReport:
 
 def read_gate_examples(path: Path) -> list[GateExample]:
     examples, problems = [], []
-    for line, text in iter_jsonl(path):
-        try:
-            row = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            problems.append(Problem(str(path), line, "", f"malformed JSON: {exc}"))
-            continue
-        if not isinstance(row, dict):
-            problems.append(Problem(str(path), line, "", "a row must be a JSON object",
-                                    "write {prompt, reply, coherent, deflects?} per line"))
-            continue
+    for line, row in iter_objects(path, problems, "{prompt, reply, coherent?, deflects?}"):
         bad = [(name, "must be a string") for name in ("prompt", "reply") if not isinstance(row.get(name), str)]
         bad += [("coherent", "must be true, false or absent")] if row.get("coherent") not in (None, True, False) else []
         bad += [("coherent", "a row needs `coherent` or `deflects`")] if row.get("coherent") is None and \
