@@ -27,7 +27,7 @@ def eval_(
     data: Annotated[Optional[Path], typer.Option(help="JSONL prompts (HealthBench rows work as-is); a response "
                                                       "field is ignored (default: the run's).")] = None,
     judge: Annotated[Optional[str], judge_option("Judge spec as in `rubricrl score` (default: the run's, "
-                                                 "else exemplar+local).")] = None,
+                                                 "else gate+exemplar+local).")] = None,
     rubric: Annotated[Optional[Path], rubric_option("Rubric file or bundled name for rows without their own.")] = None,
     samples: Annotated[Optional[int], typer.Option(min=1, help="Generations per row (default 1).")] = None,
     max_tokens: Annotated[Optional[int], typer.Option(min=1, help="Tokens per generation (default 512).")] = None,

@@ -12,7 +12,7 @@ The rubric comes from `ground_truth` when it holds one (a rubric object or list,
 bundled name), else from `extra_info["rubric"]`, else the default rubric; the conversation from
 `extra_info["prompt"]` (string or messages), else `extra_info["question"]` (verl does not pass the
 prompt to reward functions). Options come from reward_kwargs, else the environment:
-`judge` (RUBRICRL_JUDGE, default `exemplar+local`), `rubric` (RUBRICRL_RUBRIC: bundled name or file),
+`judge` (RUBRICRL_JUDGE, default `gate+exemplar+local`), `rubric` (RUBRICRL_RUBRIC: bundled name or file),
 `error_policy` (RUBRICRL_ERROR_POLICY: `zero`, the default, or `raise`), `soft` (default true).
 A judge is built once per process and option set and runs on its own event loop (judge_runner.py).
 """
