@@ -138,9 +138,9 @@ def test_label_carries_a_per_row_rubric(client):
     # row 0: server rubric, "Hello! How are you?" -> 1.0; row 1: own rubric, says bye -> 1.0
     # row 2: own rubric (object), "Nothing to say ..." has no "bye" -> 0.0
     # row 3: bundled empathy with rules only: "Hello! How are you?" is 4 words, under concise's minimum 5 ->
-    #        few-questions 1 + no-dismissive 2 of (1 + 1 + 2) = 0.75 (model criteria skipped)
+    #        few-questions 1 + no-ai-disclaimer 2 + no-dismissive 2 of (1 + 1 + 2 + 2) = 5/6 (model criteria skipped)
     # row 4: {"rubric", "prompt"} -> "hello idiot" has no "bye" -> 0.0
-    assert out["rewards"] == pytest.approx([1.0, 1.0, 0.0, 0.75, 0.0])
+    assert out["rewards"] == pytest.approx([1.0, 1.0, 0.0, 5 / 6, 0.0])
     assert out["extra_logs"]["rubric_decided/greets"] == [1.0, 0.0, 0.0, 0.0, 0.0]  # only rows on the server rubric
     assert out["extra_logs"]["rubric_skipped"] == [0.0, 0.0, 0.0, 5.0, 0.0]
 
