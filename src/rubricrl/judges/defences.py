@@ -31,7 +31,7 @@ original response, because a check (a regex, a word count) must see exactly what
 
 4. **Quality gate** (`gate` in a judge spec, e.g. `gate+exemplar+local`; judges/gate.py): fitted models
    of coherence and deflection; a reply that is incoherent or deflects gets its positive-weight
-   model-judged criteria `unmet` (judge id `gate`) before any exemplar or model judge sees it.
+   model-judged criteria `unmet` (judge id `gate`); no LLM judge is called for them.
 
 `DefenceStats` counts responses pre-checked, responses neutralised, verdicts downgraded and replies
 gated (by reason).

@@ -1,5 +1,5 @@
 """The quality gate: a defence that stops incoherent and deflecting replies from earning positive
-criteria, before any exemplar or model judge sees them.
+criteria (and spares the LLM judge the calls for them).
 
 Why: a policy sampled at temperature 1.0 writes word salad full of empathy words ("Happy claymen think
 mistakenly... I understand how you feel"), and embedding classifiers and small LLM judges call such
@@ -46,6 +46,7 @@ from rubricrl.core.jsonl import read_text
 from rubricrl.core.resources import data_path
 from rubricrl.judges.defences import GATE_JUDGE_ID
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
+
 MANIFEST = "manifest.json"
 BUNDLED_GATE = data_path("exemplars", "gate")
 EMBEDDING = "embedding"  # feature name standing for all the encoder's dimensions
@@ -60,17 +61,16 @@ def repeated_trigrams(text: str) -> float:
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def gate_features(prompts: Sequence[str], replies: Sequence[str], names: Sequence[str],
-                  encoder: str = DEFAULT_ENCODER, lm: str | None = None) -> np.ndarray:
-    """The feature matrix, columns in the order of `names` (`embedding` expands to the encoder's
-    dimensions). LM features need `lm` (a causal LM spec, e.g. `smollm2-135m`)."""
+def feature_columns(prompts: Sequence[str], replies: Sequence[str], names: Sequence[str],
+                    encoder: str = DEFAULT_ENCODER, lm: str | None = None) -> dict[str, np.ndarray]:
+    """Each named feature as a 2-D block, one row per (prompt, reply): `embedding` is the encoder's
+    dimensions, every other feature one column. LM features need `lm` (a causal LM spec, e.g.
+    `smollm2-135m`)."""
     if len(prompts) != len(replies):
         raise ValueError(f"{len(prompts)} prompts but {len(replies)} replies")
     unknown = [n for n in names if n != EMBEDDING and n not in SCALAR_FEATURES]
     if unknown:
         raise ValueError(f"unknown gate feature(s) {unknown}; known: {EMBEDDING}, {', '.join(SCALAR_FEATURES)}")
-    if not len(replies):
-        return np.zeros((0, 0), dtype=np.float32)
     reply_vectors = embed(list(replies), encoder)
     columns: dict[str, np.ndarray] = {EMBEDDING: reply_vectors}
     if "prompt_similarity" in names:
@@ -85,7 +85,20 @@ def gate_features(prompts: Sequence[str], replies: Sequence[str], names: Sequenc
         stats = reply_likelihoods(prompts, replies, model=lm)
         for k, name in enumerate(LM_FEATURES):
             columns[name] = np.array([[s.features()[k]] for s in stats])
+    return columns
+
+
+def stack(columns: dict[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
     return np.hstack([columns[n] for n in names]).astype(np.float64)
+
+
+def gate_features(prompts: Sequence[str], replies: Sequence[str], names: Sequence[str],
+                  encoder: str = DEFAULT_ENCODER, lm: str | None = None) -> np.ndarray:
+    """The feature matrix, columns in the order of `names` (`embedding` expands to the encoder's
+    dimensions)."""
+    if not len(replies):
+        return np.zeros((0, 0), dtype=np.float64)
+    return stack(feature_columns(prompts, replies, names, encoder, lm), names)
 
 
 @dataclass
@@ -170,17 +183,9 @@ class QualityGate:
         if not len(replies):
             return []
         names = list(dict.fromkeys(self.coherence.features + self.deflection.features))
-        X = gate_features(prompts, replies, names, self.encoder, self.lm)
-        widths = {n: (X.shape[1] - len([m for m in names if m != EMBEDDING]) if n == EMBEDDING else 1) for n in names}
-        offsets, at = {}, 0
-        for n in names:
-            offsets[n], at = (at, at + widths[n]), at + widths[n]
-
-        def columns(head: GateHead) -> np.ndarray:
-            return np.hstack([X[:, offsets[n][0]:offsets[n][1]] for n in head.features])
-
-        p_coh = self.coherence.p(columns(self.coherence))
-        p_def = self.deflection.p(columns(self.deflection))
+        columns = feature_columns(prompts, replies, names, self.encoder, self.lm)
+        p_coh = self.coherence.p(stack(columns, self.coherence.features))
+        p_def = self.deflection.p(stack(columns, self.deflection.features))
         out = []
         for pc, pd in zip(p_coh.tolist(), p_def.tolist()):
             if pc < self.coherence.threshold:
