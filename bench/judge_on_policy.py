@@ -216,6 +216,40 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+# Replies we wrote, in a style other than the embedded policy's, to a prompt outside the bundled set:
+# how the judges fitted to the policy's writing treat them (docs/judges.md, "Limits, measured").
+OTHER_STYLE_PROMPT = "My manager took credit for my report in front of the director and I said nothing. I'm furious."
+OTHER_STYLE = [
+    "I'm so sorry to hear that your manager took credit for your report. It's completely understandable to feel "
+    "furious and hurt, especially after all the work you put into it. Can you tell me more about what happened?",
+    "I'm really sorry that happened. It must be so frustrating to see your manager present your work as hers, and "
+    "it's normal to feel angry at yourself for staying quiet. How are you feeling now?",
+    "That sounds infuriating. You did the work and watched someone else take the credit, and freezing in the "
+    "moment is so common. What do you wish you had said?",
+]
+
+
+def gate_figures(spec: str, items: list[dict], labels: dict[str, dict]) -> dict | None:
+    """For a spec with a gate: the share of coherent, engaged replies it lets through, of incoherent
+    ones and of deflections it stops (on `items`), and its p_coherent on the OTHER_STYLE replies."""
+    from rubricrl.judges import make_judge
+
+    gate = getattr(make_judge(spec, cache=False), "gate", None)
+    if gate is None:
+        return None
+    results = gate.assess([i["prompt"] for i in items], [i["reply"] for i in items])
+    fired = {i["id"]: r.fired is not None for i, r in zip(items, results)}
+    good = [k for k in fired if labels[k]["coherent"] and not labels[k]["deflects"]]
+    bad = [k for k in fired if not labels[k]["coherent"]]
+    deflecting = [k for k in fired if labels[k]["deflects"]]
+    other = gate.assess([OTHER_STYLE_PROMPT] * len(OTHER_STYLE), OTHER_STYLE)
+    return {"passes_good": sum(not fired[k] for k in good) / len(good), "good": len(good),
+            "stops_incoherent": sum(fired[k] for k in bad) / len(bad), "incoherent": len(bad),
+            "stops_deflecting": sum(fired[k] for k in deflecting), "deflecting": len(deflecting),
+            "other_style_p_coherent": [round(r.p_coherent, 2) for r in other],
+            "other_style_gated": sum(r.fired is not None for r in other)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--judge", action="append", help=f"judge spec (repeatable; default {DEFAULT_JUDGES})")
@@ -239,6 +273,14 @@ def main() -> None:
         r = measure(spec, unseen, labels)
         r["items"] = len(unseen)
         results.append(r)
+        r["gate"] = gate_figures(spec, unseen, labels)
+        if r["gate"]:
+            g = r["gate"]
+            print(f"  gate: lets {100 * g['passes_good']:.0f}% of {g['good']} coherent, engaged replies through; stops "
+                  f"{100 * g['stops_incoherent']:.0f}% of {g['incoherent']} incoherent ones and {g['stops_deflecting']} "
+                  f"of {g['deflecting']} deflections; on {len(OTHER_STYLE)} well-written replies in another style "
+                  f"(bench/judge_on_policy.py OTHER_STYLE) p_coherent {g['other_style_p_coherent']}, "
+                  f"{g['other_style_gated']} gated")
         print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)} ({fmt(r['mean_auc_solid'], 3)} over the "
               f"{r['solid_criteria']} criteria with >= {MIN_CLASS} of each class); positive criteria met on "
               f"{fmt(100 * r['positive_met_on_bad'] if r['positive_met_on_bad'] is not None else None, 1)}% of "
