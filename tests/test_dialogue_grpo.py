@@ -288,7 +288,8 @@ def dialogue_run(tmp_path_factory, llama_url):
         "dialogue": {"enabled": True, "limit": 2, "max_turns": 2, "max_new_tokens": 24,
                      "user_model": f"openai:{llama_url}"},
         "grpo": {"max_steps": 2, "per_device_train_batch_size": 4, "num_generations": 2,
-                 "max_completion_length": 512, "save_steps": 1, "learning_rate": 1e-4},
+                 "max_completion_length": 512, "save_steps": 2, "save_total_limit": 1,
+                 "learning_rate": 1e-4},
     }
     path = tmp / "dialogue.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -297,7 +298,10 @@ def dialogue_run(tmp_path_factory, llama_url):
     from rubricrl.reports.training import write_report
 
     write_report(config["output_dir"])  # as `rubricrl train` does after the run
-    return Path(config["output_dir"]), summary, logs
+    yield Path(config["output_dir"]), summary, logs
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)  # checkpoints are large; a small CI disk runs out
 
 
 def test_dialogue_training_changes_parameters(dialogue_run):

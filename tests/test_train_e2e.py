@@ -27,8 +27,11 @@ TINY = {
     "data": {"limit_train": 8, "limit_heldout": 3},
     "eval": {"max_new_tokens": 24},
     "grpo": {"max_steps": 2, "max_completion_length": 24, "per_device_train_batch_size": 4, "num_generations": 2,
-             "save_steps": 1, "learning_rate": 1e-4},
+             "save_steps": 1000, "learning_rate": 1e-4},
 }
+# A checkpoint of the 135M model with its optimizer state is about 1.6 GB: only the resume test
+# writes one (save_steps 1), and every run directory is removed when its test or module is done,
+# so the suite fits on a small CI disk.
 
 
 def tiny_config(tmp_path: Path, name: str, **sections) -> Path:
@@ -60,7 +63,8 @@ def trained_run(tmp_path_factory):
     cfg = load_config(tiny_config(tmp, "run", buffer={"enabled": True}, scaffold={"enabled": True}))
     summary = run_training(cfg, log=lambda m: None)
     write_report(cfg.output_dir)  # as `rubricrl train` does after the run
-    return Path(cfg.output_dir), summary
+    yield Path(cfg.output_dir), summary
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_parameters_changed(trained_run):
@@ -155,7 +159,7 @@ def test_resume_continues_with_the_same_data_order(tmp_path):
     run_training(reference, log=lambda m: None)
     expected = [(s["step"], s["prompt"]) for s in read_jsonl(Path(reference.output_dir) / "samples.jsonl")]
 
-    config = tiny_config(tmp_path, "killed", grpo={"max_steps": 3})
+    config = tiny_config(tmp_path, "killed", grpo={"max_steps": 3, "save_steps": 1, "save_total_limit": 1})
     run_dir = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "rubricrl.cli", "train", str(config)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
