@@ -39,6 +39,8 @@ RESPONSES = {
 }
 OTHER = {"criteria": [{"id": "bye", "text": "Says bye.", "check": {"type": "contains", "any_of": ["bye"]}}]}
 TOKEN = "t" * 24
+LOG_KEYS = {"rubric_scored", "rubric_points", "rubric_coverage", "rubric_judge_errors", "rubric_skipped",
+            "rubric_gated"}
 
 
 def qwen_prompt(user: str) -> str:
@@ -91,15 +93,11 @@ def test_openrlhf_batch_of_128_qwen_rows(client, path):
     assert set(out) == {"rewards", "scores", "extra_logs"}
     assert out["rewards"] == pytest.approx(expected)
     assert out["scores"] == pytest.approx(expected)  # all within [0, 1] already
-    keys = {"rubric_scored", "rubric_points", "rubric_coverage", "rubric_judge_errors", "rubric_skipped",
-            "rubric_gated"} | {f"rubric_{k}/{c}" for k in ("met", "decided")
-                                for c in ("greets", "short", "asks", "insults")}
-    assert set(out["extra_logs"]) == keys
+    assert set(out["extra_logs"]) == LOG_KEYS
     assert all(len(v) == 128 for v in out["extra_logs"].values())
     logs = out["extra_logs"]
     assert logs["rubric_scored"] == [1.0] * 128 and logs["rubric_coverage"] == [1.0] * 128
-    assert logs["rubric_met/insults"][:3] == [0.0, 1.0, 0.0]
-    assert logs["rubric_decided/asks"] == [1.0] * 128
+    assert logs["rubric_points"] == pytest.approx(expected)  # rules verdicts are hard: points = reward
 
 
 def test_llama3_tokens_and_conversation():
@@ -141,7 +139,7 @@ def test_label_carries_a_per_row_rubric(client):
     #        few-questions 1 + no-ai-disclaimer 2 + no-dismissive 2 of (1 + 1 + 2 + 2) = 5/6 (model criteria skipped)
     # row 4: {"rubric", "prompt"} -> "hello idiot" has no "bye" -> 0.0
     assert out["rewards"] == pytest.approx([1.0, 1.0, 0.0, 5 / 6, 0.0])
-    assert out["extra_logs"]["rubric_decided/greets"] == [1.0, 0.0, 0.0, 0.0, 0.0]  # only rows on the server rubric
+    assert set(out["extra_logs"]) == LOG_KEYS  # the same keys whatever the rows' rubrics
     assert out["extra_logs"]["rubric_skipped"] == [0.0, 0.0, 0.0, 5.0, 0.0]
 
 
@@ -212,6 +210,60 @@ def test_judge_error_fails_the_request_under_raise_policy():
     p = qwen_prompt("x")
     r = client.post("/", json={"query": [p + "fine", p + "ERR"], "prompts": [p, p]})
     assert r.status_code == 502 and "row 1" in r.json()["detail"] and "503 after 3 retries" in r.json()["detail"]
+
+
+def row_logs(answer: dict) -> list[dict[str, float]]:
+    """An answer's extra_logs cut into one dict per row, as OpenRLHF keeps them (each row is its own
+    Experience whose info holds its own keys; batches are merged key by key and fail on a mismatch)."""
+    n = len(answer["rewards"])
+    assert all(len(v) == n for v in answer["extra_logs"].values())
+    return [{k: v[i] for k, v in answer["extra_logs"].items()} for i in range(n)]
+
+
+class RulesOrError(StatsJudge):
+    """The rule judge, except that responses containing 'ERR' get error verdicts (a failed judge call)."""
+
+    judge_id = "rules-or-error"
+
+    def __init__(self):
+        self.stats, self.rules = JudgeStats(), make_judge("rules")
+
+    async def judge(self, requests):
+        ok = [r for r in requests if "ERR" not in r.response]
+        answers = iter(await self.rules.judge(ok) if ok else [])
+        return [[error_verdict(c.id, self.judge_id, "http: timeout") for c in r.criteria] if "ERR" in r.response
+                else next(answers) for r in requests]
+
+
+@pytest.mark.parametrize("server_rubric", [RUBRIC, None])
+def test_extra_logs_keys_are_the_same_for_every_row_of_every_request(server_rubric):
+    """Rows on the empathy and crisis_safety rubrics (different criteria), on the server's rubric, a row
+    whose judge call fails, and an unscored row (no criterion decided: TRL would mask it) get one key
+    set, in mixed batches and in one-row requests (OpenRLHF 0.11 posts one row per rollout), and the
+    same set whether or not the server has a rubric of its own, so replicas always agree."""
+    client = TestClient(make_app(judge=RulesOrError(), rubric=server_rubric))
+    p = qwen_prompt("I lost my job today and I feel awful.")
+    model_only = {"criteria": [{"id": "warm", "text": "Is warm."}]}  # rules decide nothing: unscored
+    rows = [("That sounds really hard. What happened?", "empathy"),
+            ("Please call a crisis line now; I am here with you and I care about your safety.", "crisis_safety"),
+            ("Hello! How are you?", RUBRIC.model_dump(mode="json", exclude_none=True)),
+            ("ERR the judge fails on this one", "empathy"),
+            ("I hear you.", model_only),
+            ("hello idiot", json.dumps(OTHER))]
+    body = {"query": [p + text + "<|im_end|>" for text, _ in rows], "prompts": [p] * len(rows),
+            "labels": [label for _, label in rows]}
+    answers = [client.post("/", json=body)]
+    answers += [client.post("/get_reward", json={k: v[i:i + 1] for k, v in body.items()}) for i in range(len(rows))]
+    answers.append(client.post("/", json={k: v[::-1] for k, v in body.items()}))
+    assert [a.status_code for a in answers] == [200] * len(answers), answers[0].text
+    per_row = [logs for a in answers for logs in row_logs(a.json())]
+    assert len(per_row) == 3 * len(rows)
+    assert {frozenset(logs) for logs in per_row} == {frozenset(LOG_KEYS)}
+    batch = row_logs(answers[0].json())
+    assert [logs["rubric_scored"] for logs in batch] == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
+    assert batch[3]["rubric_judge_errors"] == 9.0 and batch[4]["rubric_skipped"] == 1.0  # empathy: 9 criteria
+    assert batch == [row_logs(a.json())[0] for a in answers[1:-1]]  # a row's logs do not depend on its batch
+    assert answers[-1].json()["extra_logs"] == {k: v[::-1] for k, v in answers[0].json()["extra_logs"].items()}
 
 
 # -- native API ------------------------------------------------------------------------------------

@@ -156,6 +156,40 @@ def test_bad_rubrics_name_the_sample_and_field():
         rv.compute_score("ds", "hi", json.dumps(RUBRIC), {}, error_policy="mask")
 
 
+def test_errors_name_the_sample_by_its_data_keys_not_its_position(monkeypatch, caplog):
+    """verl's reward loop calls compute_score once per sample, so the position in the call is always 0:
+    errors name the sample by the extra_info keys that identify it in the data (prepare_data.py writes
+    id, split and index; parquet gives numpy numbers), else by position."""
+    extra = {"split": "train", "index": np.int64(41), "id": "row-41", "prompt": MESSAGES}
+    with pytest.raises(ValueError, match=r"^sample id='row-41', split='train', index=41 \(data_source 'ds'\) "
+                                         r"reward_model.ground_truth: not valid JSON"):
+        naive_call(rv.compute_score, "ds", "hi", "{oops", extra)
+    with pytest.raises(ValueError, match=r"^sample uid='u-7' \(data_source 'ds'\): no rubric"):
+        rv.compute_score("ds", "hi", None, {"uid": "u-7", "index": None})  # a blank key is left out
+
+    class Failing:
+        judge_id = "failing"
+
+        async def judge(self, requests):
+            return [[error_verdict(c.id, "failing", "http: timeout") for c in r.criteria] for r in requests]
+
+    import rubricrl.judges
+
+    monkeypatch.setattr(rubricrl.judges, "make_judge", lambda spec: Failing())
+    with pytest.raises(JudgeFailure, match=r"1 of 1 samples not scored \(error_policy raise\): "
+                                           r"sample id='row-41', split='train', index=41: 3 judge error"):
+        rv.compute_score("ds", "hi", json.dumps(RUBRIC), extra, judge="failing", error_policy="raise")
+    with caplog.at_level("WARNING", logger="rubricrl.verl"):
+        out = rv.compute_score("ds", "hi", json.dumps(RUBRIC), extra, judge="failing")
+    assert out["rubric_scored"] == 0.0
+    assert "sample id='row-41', split='train', index=41: 3 judge error" in caplog.text
+    # a batch call: samples without identifying keys fall back to their position in the call
+    with pytest.raises(ValueError, match=r"^sample 1 \(data_source 'ds'\): no rubric"):
+        rv.compute_score_batch(["ds", "ds"], ["a", "b"], [json.dumps(RUBRIC), None], [extra, {"prompt": "x"}])
+    with pytest.raises(ValueError, match=r"^sample index=7 \(data_source 'ds'\): no rubric"):
+        rv.compute_score_batch(["ds", "ds"], ["a", "b"], [json.dumps(RUBRIC), None], [extra, {"index": 7}])
+
+
 def test_parquet_rows_from_prepare_data_score_like_verl(tmp_path):
     sys.path.insert(0, str(ROOT / "examples" / "verl"))
     try:

@@ -1,20 +1,28 @@
-"""verl reward functions: rubric rewards through verl's `custom_reward_function`.
+"""verl reward functions: rubric rewards through verl's custom reward function.
 
-    custom_reward_function.path=pkg://rubricrl.integrations.verl   (or examples/verl/reward.py)
-    custom_reward_function.name=compute_score        # any manager calling one sample at a time: the reward
-                                                     # loop (executor threads) and legacy naive/dapo
-                               compute_score_async  # the reward loop only: it awaits it, no thread
-                               compute_score_batch  # legacy batch manager only (use_reward_loop=false,
-                                                     # reward_manager=batch): lists in, list out
+Where verl reads the function depends on its version (docs/scaling.md, examples/verl/):
 
-Every call returns `{"score": reward, **logs}` with the same keys for every sample (row_rewards.LOG_KEYS).
+    verl >= 0.7.1 (0.8.x, 0.9.x)          verl 0.5.x - 0.7.0
+    reward.custom_reward_function.path    custom_reward_function.path   (0.7.1 and 0.8.x main_ppo still
+    reward.custom_reward_function.name    custom_reward_function.name    migrate these; 0.9 ignores them)
+
+    path: pkg://rubricrl.integrations.verl (verl >= 0.7.0), or the file examples/verl/reward.py
+    name: compute_score        any manager calling one sample at a time: the reward loop (executor
+                               threads) and the legacy naive/dapo managers
+          compute_score_async  the reward loop only: it awaits it, no thread
+          compute_score_batch  the legacy batch manager only (verl <= 0.7.0, reward_model.reward_manager=batch;
+                               on 0.7.0 also reward_model.use_reward_loop=false): lists in, list out
+
+Every call returns `{"score": reward, **logs}` with the same keys for every sample (rewards.rows.LOG_KEYS).
 The rubric comes from `ground_truth` when it holds one (a rubric object or list, a JSON string, a
 bundled name), else from `extra_info["rubric"]`, else the default rubric; the conversation from
 `extra_info["prompt"]` (string or messages), else `extra_info["question"]` (verl does not pass the
 prompt to reward functions). Options come from reward_kwargs, else the environment:
 `judge` (RUBRICRL_JUDGE, default `gate+exemplar+local`), `rubric` (RUBRICRL_RUBRIC: bundled name or file),
 `error_policy` (RUBRICRL_ERROR_POLICY: `zero`, the default, or `raise`), `soft` (default true).
-A judge is built once per process and option set and runs on its own event loop (judge_runner.py).
+A judge is built once per process and option set and runs on its own event loop (rewards/runner.py).
+Errors name a sample by its `extra_info` `id`, `split` and `index` (or `uid`) when it has them: verl's
+reward loop sends one sample per call, so the position in the call says nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ JUDGE_ENV, RUBRIC_ENV, POLICY_ENV = "RUBRICRL_JUDGE", "RUBRICRL_RUBRIC", "RUBRIC
 DEFAULT_JUDGE = "gate+exemplar+local"
 OPTIONS = ("judge", "rubric", "error_policy", "soft")
 VERL_EXTRAS = ("reward_router_address", "reward_model_tokenizer")  # the reward loop may pass these; unused
+# extra_info keys that name a sample in errors (prepare_data.py writes the first three)
+SAMPLE_KEYS = ("id", "split", "index", "uid")
 
 log = logging.getLogger("rubricrl.verl")
 _scorers: dict[tuple, _Scorer] = {}
@@ -89,33 +99,35 @@ class _Scorer:
         self._lock = threading.Lock()
 
     def score(self, samples: list[tuple]) -> list[dict[str, float]]:
-        rows = [self._row(i, *s) for i, s in enumerate(samples)]
-        return self._finish(rows, self.runner.run(rows))
+        names = [sample_name(i, s[3]) for i, s in enumerate(samples)]
+        rows = [self._row(name, *s) for name, s in zip(names, samples)]
+        return self._finish(names, rows, self.runner.run(rows))
 
     async def ascore(self, samples: list[tuple]) -> list[dict[str, float]]:
-        rows = [self._row(i, *s) for i, s in enumerate(samples)]
-        return self._finish(rows, await self.runner.arun(rows))
+        names = [sample_name(i, s[3]) for i, s in enumerate(samples)]
+        rows = [self._row(name, *s) for name, s in zip(names, samples)]
+        return self._finish(names, rows, await self.runner.arun(rows))
 
-    def _finish(self, rows: list[RowInput], verdicts) -> list[dict[str, float]]:
+    def _finish(self, names: list[str], rows: list[RowInput], verdicts) -> list[dict[str, float]]:
         rewards = [row_reward(r.rubric, v, soft=self.soft) for r, v in zip(rows, verdicts)]
         with self._lock:
             self.totals["samples"] += len(rewards)
             self.totals.update(r.status for r in rewards)
         failed = failures(rewards)
         if failed:
-            self._report(failed, len(rewards))
+            self._report(names, failed, len(rewards))
         return [{"score": r.reward, **r.logs()} for r in rewards]
 
-    def _report(self, failed: list[tuple[int, RowReward]], n: int) -> None:
-        first = f"sample {failed[0][0]}: {failed[0][1].problem}"
+    def _report(self, names: list[str], failed: list[tuple[int, RowReward]], n: int) -> None:
+        first = f"{names[failed[0][0]]}: {failed[0][1].problem}"
         if self.error_policy == "raise":
             raise JudgeFailure(f"{len(failed)} of {n} samples not scored (error_policy raise): {first}")
         log.warning("%d of %d samples not scored, reward 0.0 (flagged rubric_scored=0): %s", len(failed), n, first)
 
-    def _row(self, index: int, data_source: Any, solution_str: str, ground_truth: Any,
+    def _row(self, name: str, data_source: Any, solution_str: str, ground_truth: Any,
              extra_info: dict | None) -> RowInput:
         extra = extra_info if isinstance(extra_info, dict) else {}
-        where = f"sample {index} (data_source {plain(data_source)!r})"
+        where = f"{name} (data_source {plain(data_source)!r})"
         if not isinstance(solution_str, str):
             raise TypeError(f"{where}: solution_str must be a string, got {type(solution_str).__name__}")
         return RowInput(_conversation(extra, where), solution_str, self._rubric(ground_truth, extra, where))
@@ -130,6 +142,17 @@ class _Scorer:
         raise ValueError(f"{where}: no rubric: reward_model.ground_truth holds none and extra_info has no `rubric`; "
                          "put the rubric (JSON) in either (examples/verl/prepare_data.py) or set a default rubric "
                          f"with reward_kwargs.rubric or {RUBRIC_ENV}")
+
+
+def sample_name(position: int, extra_info: Any) -> str:
+    """How errors and warnings name a sample: by the `extra_info` keys that identify it in the data
+    (`sample id='b', split='train', index=3`), else by its position in the call (`sample 0`)."""
+    extra = extra_info if isinstance(extra_info, dict) else {}
+    found = [(key, plain(extra[key])) for key in SAMPLE_KEYS if key in extra]
+    found = [(key, value) for key, value in found if not is_blank(value) and isinstance(value, (str, int, float))]
+    if not found:
+        return f"sample {position}"
+    return "sample " + ", ".join(f"{key}={value!r}" for key, value in found)
 
 
 def _conversation(extra: dict, where: str) -> Conversation:

@@ -38,7 +38,10 @@ class OpenRLHFResponse(BaseModel):
     rewards: list[float] = Field(description="reward per row (unclipped points score; 0.0 on a judge error "
                                              "under error policy `zero`, flagged in extra_logs.rubric_scored)")
     scores: list[float] = Field(description="the reward clipped to [0, 1] (OpenRLHF's dynamic filtering)")
-    extra_logs: dict[str, list[float]] = Field(description="per-row numbers, the same keys for every request")
+    extra_logs: dict[str, list[float]] = Field(
+        description="one number per row under fixed keys (rubric_scored, rubric_points, rubric_coverage, "
+                    "rubric_judge_errors, rubric_skipped, rubric_gated): the same for every row and every "
+                    "request, whatever the row's rubric or outcome")
 
 
 class MessageIn(BaseModel):

@@ -29,7 +29,6 @@ from pydantic import ValidationError
 from rubricrl import __version__
 from rubricrl.core.messages import as_conversation
 from rubricrl.judges.base import Judge
-from rubricrl.core.verdicts import Status
 from rubricrl.serve.openrlhf import RequestProblems, RowProblem, parse_request
 from rubricrl.rewards.rows import LOG_KEYS, RowInput, RowReward, failures, judge_rows, row_reward
 from rubricrl.rubrics.values import RubricValueError, bundled_names, rubric_value
@@ -117,7 +116,7 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
         rewards = await judged(rows)
         return OpenRLHFResponse(rewards=[r.reward for r in rewards],
                                 scores=[min(1.0, max(0.0, r.reward)) for r in rewards],
-                                extra_logs=_extra_logs(settings, rows, rewards))
+                                extra_logs=_extra_logs(rewards))
 
     for path in ("/", "/get_reward"):
         app.add_api_route(path, openrlhf_reward, methods=["POST"], response_model=OpenRLHFResponse,
@@ -148,26 +147,11 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     return app
 
 
-def _extra_logs(settings: ServerSettings, rows: Sequence[RowInput], rewards: Sequence[RowReward]
-                ) -> dict[str, list[float]]:
-    """One number per row under keys fixed by the server's settings, so every row and every replica
-    agree: LOG_KEYS, plus met/decided per criterion of the server's rubric (0 for rows on another)."""
-    shared = settings.rubric
-    logs: dict[str, list[float]] = {key: [] for key in LOG_KEYS}
-    for c in shared.criteria if shared is not None else ():
-        logs[f"rubric_met/{c.id}"], logs[f"rubric_decided/{c.id}"] = [], []
-    for row, r in zip(rows, rewards):
-        for key, value in r.logs().items():
-            logs[key].append(value)
-        if shared is None:
-            continue
-        on_shared = row.rubric.content_hash() == shared.content_hash()
-        by_id = {v.criterion_id: v for v in r.verdicts} if on_shared else {}
-        for c in shared.criteria:
-            v = by_id.get(c.id)
-            logs[f"rubric_met/{c.id}"].append(float(v is not None and v.status is Status.MET))
-            logs[f"rubric_decided/{c.id}"].append(float(v is not None and v.decided))
-    return logs
+def _extra_logs(rewards: Sequence[RowReward]) -> dict[str, list[float]]:
+    """One number per row under LOG_KEYS: the same keys for every row of every request, whatever the
+    row's rubric, outcome or the server's settings. OpenRLHF keeps each row's keys in its own
+    Experience and merges them key by key, so rows with different key sets break the step."""
+    return {key: [r.logs()[key] for r in rewards] for key in LOG_KEYS}
 
 
 def _score_rows(body: ScoreRequest, settings: ServerSettings) -> list[RowInput]:

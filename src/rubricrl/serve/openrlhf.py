@@ -115,7 +115,8 @@ def split_query(query: str, prompt: str, row: int = 0) -> str:
             "query", row, f"does not start with prompts[{row}] (they differ from character {at}: query has "
                           f"{query[at:at + 30]!r}, prompt has {prompt[at:at + 30]!r})",
             "send query = prompt + response with the prompt exactly as in `prompts` (OpenRLHF truncates prompts "
-            "longer than max_len minus the generation budget from the left: raise --max_len or shorten prompts)"))
+            "longer than --data.max_len minus the generation budget from the left: raise --data.max_len or "
+            "shorten prompts)"))
     response = query[len(prompt):]
     for header in START_HEADERS:
         if response.startswith(header):
