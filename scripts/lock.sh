@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refreshes requirements/lock.txt: resolves pyproject.toml's ranges (with the dev extra) from scratch
+# Refreshes requirements/lock.txt: resolves pyproject.toml's ranges (with every extra: all, dev) from scratch
 # in a brand-new virtual environment and writes the exact versions it got. Afterwards run
 # `bash .ci/run` (new venv, locked install, full tests) before committing the new lock.
 set -euo pipefail
@@ -9,7 +9,7 @@ python3 -m venv "$venv"
 trap 'rm -rf "$(dirname "$venv")"' EXIT
 # torch first, pinned: an unpinned torch resolves to a multi-GB CUDA build.
 "$venv/bin/python" -m pip install -q "torch==$(sed -n 's/^ *"torch==\([^"]*\)".*/\1/p' pyproject.toml)"
-"$venv/bin/python" -m pip install -q -e ".[dev]"
+"$venv/bin/python" -m pip install -q -e ".[all,dev]"
 {
   sed -n '/^#/p' requirements/lock.txt
   # the editable rubricrl itself and the --no-deps model package are not locked here;

@@ -10,7 +10,10 @@ registers every command, in the order `rubricrl --help` lists them:
   error exits, progress bars, the `--rubric` loader, the `--judge` builder).
 
 Heavy libraries (torch, transformers, trl, sklearn, httpx...) load inside the commands that use them,
-so `rubricrl --help` stays fast. Nothing outside `rubricrl.cli` imports from it."""
+so `rubricrl --help` stays fast and every command's help works on the core install (`pip install
+rubricrl`, no extras). A command that needs an extra that is not installed stops with one line naming
+the `pip install` to run (`main`, the console script; core/extras.py). Nothing outside `rubricrl.cli`
+imports from it."""
 
 import typer
 
@@ -46,4 +49,21 @@ app.command("compare")(eval_commands.compare)
 app.command("report")(eval_commands.report)
 app.command("serve")(serve.serve)
 
-__all__ = ["app"]
+
+def main() -> None:
+    """The `rubricrl` console script: `app`, with a missing optional extra reported as one error line
+    naming the `pip install` to run (exit code 2) instead of a traceback."""
+    from rubricrl.core.extras import MissingExtraError
+
+    try:
+        app()
+    except MissingExtraError as exc:
+        from rubricrl.cli.common import fail
+
+        try:
+            fail(str(exc))
+        except typer.Exit as stop:
+            raise SystemExit(stop.exit_code) from None
+
+
+__all__ = ["app", "main"]

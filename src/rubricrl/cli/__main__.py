@@ -1,3 +1,3 @@
-from rubricrl.cli import app
+from rubricrl.cli import main
 
-app()
+main()

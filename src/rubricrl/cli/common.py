@@ -8,6 +8,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from rubricrl.core.problems import RubricError
@@ -18,7 +19,8 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print `message` (plain text: brackets such as `rubricrl[local]` are shown as they are) and exit."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -57,12 +59,13 @@ def refuse_clash(outputs, inputs) -> None:
 
 def judge_or_fail(spec: str, **options):
     """`make_judge(spec, **options)`, or a clean exit naming the spec and what is wrong with it."""
+    from rubricrl.core.extras import MissingExtraError
     from rubricrl.judges import JudgeSpecError, make_judge  # looked up per call: tests replace make_judge
     from rubricrl.llm.models import ModelNotFoundError
 
     try:
         return make_judge(spec, **options)
-    except (JudgeSpecError, ModelNotFoundError, OSError, RuntimeError) as exc:
+    except (JudgeSpecError, ModelNotFoundError, MissingExtraError, OSError, RuntimeError) as exc:
         fail(f"--judge {spec}: {exc}")
 
 

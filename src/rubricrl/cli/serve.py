@@ -34,6 +34,7 @@ def serve(
 ):
     """Serve rubric rewards over HTTP: OpenRLHF's remote reward API (POST / and /get_reward), /v1/score,
     /health and /metrics (docs/scaling.md)."""
+    from rubricrl.core.extras import MissingExtraError
     from rubricrl.serve.app import serve as run
     from rubricrl.serve.settings import settings_from_options
 
@@ -46,6 +47,8 @@ def serve(
         run(settings)
     except ValueError as exc:
         fail(str(exc))
+    except MissingExtraError as exc:  # a judge kind from an extra that is not installed
+        fail(f"--judge {judge}: {exc}")
 
 
 def llama_server(

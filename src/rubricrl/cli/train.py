@@ -18,9 +18,15 @@ def train(
     resume: Annotated[Optional[Path], typer.Option(help="Continue the run in this directory from its last checkpoint.")] = None,
 ):
     """Train a policy with GRPO (TRL) against rubric rewards, evaluate before/after, write a report."""
+    from rubricrl.core.extras import MissingExtraError
     from rubricrl.core.problems import RubricError
-    from rubricrl.train.config import ConfigError, load_config
+    from rubricrl.train.config import ConfigError, load_config, require_training
     from rubricrl.train.run import RunDirError, resume_config, run_training
+
+    try:
+        require_training()
+    except MissingExtraError as exc:
+        fail(str(exc))
 
     try:
         if resume is not None:

@@ -20,7 +20,11 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
-from sklearn.metrics import (
+
+from rubricrl.core.extras import require
+
+require("sklearn", extra="local", feature="judge agreement metrics")
+from sklearn.metrics import (  # noqa: E402 - after the check that names the extra to install
     cohen_kappa_score,
     precision_recall_fscore_support,
     roc_auc_score,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rubricrl.core.extras import require
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed, latin_share
 from rubricrl.judges.exemplar import CriterionModel, criterion_key, save_models
 from rubricrl.core.jsonl import iter_objects
@@ -107,6 +108,7 @@ def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], o
 
 def _fit_one(cid: str, text: str, texts: list[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
              report: FitReport) -> CriterionModel:
+    require("sklearn", extra="local", feature="exemplar fitting")
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import StratifiedKFold, cross_val_predict

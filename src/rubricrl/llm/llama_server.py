@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from rubricrl.core.extras import require
 from rubricrl.llm.models import EMBEDDED_ALIASES, ModelNotFoundError, embedded_gguf_path
 
 
@@ -39,6 +40,7 @@ class LlamaServer:
 
     def __init__(self, model: str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
                  parallel: int = 4, context: int = 4096, threads: int = 2, verbose: bool = False):
+        require("xllamacpp", extra="llamacpp", feature="llama.cpp server")
         self.model_path = gguf_path(model)
         self.host, self.port = host, port or free_port()
         self.parallel, self.context, self.threads, self.verbose = parallel, context, threads, verbose
@@ -53,10 +55,8 @@ class LlamaServer:
         return self.base + "/v1"
 
     def start(self, wait: float = 60.0) -> LlamaServer:
-        try:
-            import xllamacpp
-        except ImportError as exc:  # pragma: no cover - installed with rubricrl
-            raise RuntimeError("the llama.cpp backend needs `pip install xllamacpp` (scripts/install.sh does this)") from exc
+        import xllamacpp
+
         params = xllamacpp.CommonParams()
         params.model.path = str(self.model_path)
         params.hostnames = [self.host]

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
+from rubricrl.core.extras import require
+
 EMBEDDED = "smollm2-135m"
 EMBEDDED_ALIASES = {EMBEDDED, "embedded", "default", "smollm2"}
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,6 +77,7 @@ def converted_gguf(path: Path, name: str | None = None) -> Path:
 
 
 def _convert(path: Path, target: Path) -> None:
+    require("torch", "transformers", "gguf", extra="local", feature="GGUF to transformers conversion")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -100,6 +103,7 @@ def _convert(path: Path, target: Path) -> None:
 
 def load_causal_lm(spec: str | None = None, dtype: str = "float32"):
     """Load (model, tokenizer) for a spec, once per process; the model is put in eval mode."""
+    require("torch", "transformers", extra="local", feature="local transformers models")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.ticker import MaxNLocator
-
 from rubricrl.evaluation.run import RESULTS, RUN_FILE, EvalError, is_eval_dir, load_run
 from rubricrl.evaluation.summary import EvalSummary, summarize_eval
 from rubricrl.reports import figures
@@ -34,7 +32,7 @@ def distribution_plot(records: list[EvalRecord], summary: EvalSummary) -> str:
     ax.set_title("score per (row, sample), unclipped")
     ax.set_xlabel("score")
     ax.set_ylabel("units")
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    figures.integer_ticks(ax.yaxis)
     return figures.data_uri(fig)
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from matplotlib.ticker import MaxNLocator
-
 from rubricrl.core import jsonl
 from rubricrl.reports import figures
 from rubricrl.reports.render import render, write
@@ -42,7 +40,7 @@ def line_plot(steps_rows: list[dict], keys: list[str], title: str, ylabel: str) 
             plotted = True
     ax.set_title(title)
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    figures.integer_ticks(ax.xaxis)
     ax.set_ylabel(ylabel)
     if len(keys) > 1 and plotted:
         ax.legend(fontsize=7, loc="best")

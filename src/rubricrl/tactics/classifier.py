@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rubricrl.core.extras import require
 from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
 from rubricrl.core.jsonl import read_text
 from rubricrl.core.resources import data_path
@@ -53,6 +54,7 @@ class TacticClassifier:
         return vec.transform(texts)
 
     def features(self, turns: Sequence[TurnExample], tfidf=None):
+        require("sklearn", extra="local", feature="tactic classifier")
         from scipy.sparse import csr_matrix, hstack
 
         texts = [t.text for t in turns]
@@ -67,6 +69,7 @@ class TacticClassifier:
     @classmethod
     def fit(cls, examples: Sequence[TurnExample], tactics: list[str], *, taxonomy: str = "", c: float = 4.0,
             encoder: str = DEFAULT_ENCODER) -> TacticClassifier:
+        require("sklearn", extra="local", feature="tactic classifier")
         from sklearn.linear_model import LogisticRegression
 
         tfidf = cls._tfidf_fit([e.text for e in examples])
@@ -124,6 +127,7 @@ def cross_validate(examples: Sequence[TurnExample], tactics: list[str], folds: i
                    **fit_kwargs) -> dict:
     """Single-label view (argmax): accuracy, macro-F1, per-class F1 and the confusion matrix, from
     out-of-fold predictions; also returns those predictions."""
+    require("sklearn", extra="local", feature="tactic classifier")
     from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
     from sklearn.model_selection import StratifiedKFold
 

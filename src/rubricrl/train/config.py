@@ -15,9 +15,19 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rubricrl.core.extras import require
 from rubricrl.core.jsonl import read_text
 
 _STRICT = ConfigDict(extra="forbid")
+# What training imports, all from the 'train' extra (which includes 'local' for the default reward judge
+# and 'reports' for the run's report).
+TRAINING_MODULES = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "matplotlib")
+
+
+def require_training() -> None:
+    """Raise `MissingExtraError` naming `pip install 'rubricrl[train]'` unless training's libraries are there."""
+    require(*TRAINING_MODULES, extra="train", feature="GRPO training (`rubricrl train`)")
+
 
 # rubricrl's defaults for GRPOConfig: sized for the embedded demo on a 2-core CPU.
 DEMO_GRPO = {
@@ -161,6 +171,7 @@ class TrainConfig(BaseModel):
     @field_validator("grpo")
     @classmethod
     def _known_grpo_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        require_training()
         from trl import GRPOConfig
 
         value = {k: _number_or_value(v) for k, v in value.items()}

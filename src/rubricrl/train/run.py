@@ -19,7 +19,7 @@ from rubricrl.judges import make_judge
 from rubricrl.core.jsonl import read_jsonl, write_jsonl
 from rubricrl.llm.models import resolve
 from rubricrl.rewards.functions import STRUCTURED_SPANS, FormatReward, LengthPenalty, RubricReward
-from rubricrl.train.config import TrainConfig, load_config
+from rubricrl.train.config import TrainConfig, load_config, require_training
 from rubricrl.train.data import load_prompt_data
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -55,6 +55,7 @@ def resume_config(run_dir: Path) -> TrainConfig:
 
 def load_policy(spec: str):
     """A fresh trainable copy of the policy model (never the judge's cached instance)."""
+    require_training()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -69,6 +70,7 @@ def load_policy(spec: str):
 def run_training(config: TrainConfig, *, resume: bool = False, log=print, callbacks: list | None = None) -> dict:
     """Run (or resume) a training run end to end; return the summary written to summary.json.
     `callbacks`: extra transformers TrainerCallbacks (bench/learning.py evaluates every N steps with one)."""
+    require_training()
     import torch
     from datasets import Dataset
     from trl import GRPOConfig
