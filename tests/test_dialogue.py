@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -210,6 +211,39 @@ def test_user_reply_that_stays_empty_is_an_error():
     assert len(model.reply_calls) == 3
     assert t.end_reason == "error" and "reply stayed empty" in t.turns[-1].error
     assert t.turns[-1].change == 5 and t.final_emotion == 45  # the analysis itself was measured
+
+
+TOO_LONG = ("too_long: the prompt is 4313 tokens + up to 160 answer tokens, more than the llama.cpp context of 4096 "
+            "tokens; raise the context with ?context=N in the llamacpp spec, e.g. llamacpp?context=8192")
+
+
+def test_a_prompt_too_long_for_the_user_model_is_said_so_and_not_re_asked():
+    t, model, _ = talk([ChatResult(error=TOO_LONG, attempts=0)], analysis_retries=2)
+    assert len(model.analysis_calls) == 1 and t.end_reason == "error"
+    assert t.turns[-1].error == f"user: analysis call failed: {TOO_LONG}; not re-asked"
+    t, model, _ = talk([analysis_json(5)], [ChatResult(error=TOO_LONG, attempts=0)], analysis_retries=2)
+    assert len(model.reply_calls) == 1
+    assert t.turns[-1].error == f"user: reply call failed: {TOO_LONG}; not re-asked" and t.turns[-1].change == 5
+
+
+def test_an_analysis_cut_short_says_whether_the_token_limit_or_the_context_cut_it():
+    cut = '{"reasons": "the supporter listened and'
+    at_limit = ChatResult(text=cut, finish_reason="length", prompt_tokens=900, completion_tokens=160, attempts=1)
+    t, _, _ = talk([at_limit], analysis_retries=0, max_analysis_tokens=160)
+    assert t.turns[-1].error == ("user: analysis unparsable (no JSON object; the answer was cut at "
+                                 f"max_analysis_tokens=160 tokens); answer began {cut!r} after 1 attempt(s)")
+    full = ChatResult(text=cut, finish_reason="length", prompt_tokens=4030, completion_tokens=66, attempts=1)
+    t, _, _ = talk([full], analysis_retries=0, max_analysis_tokens=160)
+    assert t.turns[-1].error == (
+        "user: analysis unparsable (no JSON object; the answer was cut after 66 tokens because the model's context "
+        "was full (4030 prompt tokens); give the model a longer context (llamacpp?context=N)); "
+        f"answer began {cut!r} after 1 attempt(s)")
+
+
+def test_reply_calls_that_fail_say_why():
+    t, model, _ = talk([analysis_json(5)], [ChatResult(error="timeout", attempts=1)] * 2, analysis_retries=1)
+    assert len(model.reply_calls) == 2
+    assert t.turns[-1].error == "user: reply call failed: timeout after 2 attempt(s)"
 
 
 def test_policy_error_ends_the_conversation():
@@ -429,42 +463,76 @@ def test_rubricrl_jsonl(tmp_path):
     assert any("duplicate persona id" in p.message for p in loaded.problems if p.line == 6)
 
 
-SAGE_ROWS = [
-    {"id": "sage-en-1", "player": "Maya, 34, a primary school teacher who hides stress behind jokes.",
-     "scene": "Her school announced it will merge with another and her post may be cut.",
-     "main_cha": "Maya", "cha_group": ["Maya", "her head teacher"],
-     "task": "She needs someone to see how much she cares about her pupils before talking about jobs.",
-     "first_talk": "Ha, so apparently I might be 'restructured'. Fun times."},
-    {"id": "sage-zh-1", "player": "小林，二十六岁，在一家广告公司做设计，性格内向，不太愿意麻烦别人。",
-     "scene": "连续加班一个月后，领导在全组面前批评了她的方案，她觉得很委屈。",
-     "main_cha": "小林", "cha_group": ["小林", "组长"],
-     "task": "希望对方先理解她的委屈和疲惫，而不是马上教她怎么和领导沟通。",
-     "first_talk": "今天开会的时候被领导当着大家的面说了一顿，我现在一点都不想说话。"},
-]
+SAGE_PROFILES = Path(__file__).parent / "data" / "sage" / "simulator_profile_withfirsttalk.jsonl"
+NEGATIVE = "negative type: irritable and quick to complain, easily provoked, slow to be won over"
+PASSIVE = "passive type: waits to be asked, rarely leads the conversation, goes along with the other person"
+AVOIDANT = "avoidant type: guarded, sidesteps painful subjects and withdraws when pressed"
 
 
-def test_sage_jsonl_loads_with_language_detection(tmp_path):
-    path = tmp_path / "sage_profiles.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in SAGE_ROWS), encoding="utf-8")
+def test_sage_profiles_map_type_traits_and_name():
+    """Rows shaped like SAGE's profile/simulator_profile_withfirsttalk.jsonl: main_cha is the
+    personality type, cha_group its trait words, the name is the profile's 姓名 line."""
+    loaded = load_personas(SAGE_PROFILES)
+    assert loaded.problems == []
+    rows = [json.loads(line) for line in SAGE_PROFILES.read_text(encoding="utf-8").splitlines()]
+    assert [set(r) for r in rows] == [{"id", "player", "scene", "main_cha", "cha_group", "task", "first_talk"}] * 3
+    angry, quiet, shy = loaded.personas
+    assert [p.name for p in loaded.personas] == ["周晓岚", "何子明", "许安"]
+    assert angry.personality == NEGATIVE + "; traits: 暴躁, 多疑, 刻薄"
+    assert quiet.personality == PASSIVE + "; traits: 内向, 谨慎, 耐心"
+    assert shy.personality == AVOIDANT + "; traits: 敏感, 逃避, 沉默寡言"
+    for persona_, row in zip(loaded.personas, rows):
+        assert (persona_.id, persona_.background, persona_.situation) == (row["id"], row["player"], row["scene"])
+        assert (persona_.hidden_need, persona_.first_message) == (row["task"], row["first_talk"])
+        assert persona_.language == "zh" and persona_.speaking_style == ""
+        assert "others in the scene" not in persona_.background
+
+
+def test_sage_persona_card_shows_the_type_not_the_trait_words_as_people():
+    model = FakeUserModel([analysis_json(1)], ["嗯"])
+    angry = load_personas(SAGE_PROFILES).personas[0]
+    run(converse(Slot("s", angry, "g", 1), ScriptedPolicy(), SimulatedUser(model, UserSettings(max_turns=1))))
+    card = model.calls[0]["messages"][0]["content"]
+    assert card.startswith("You are 周晓岚. Background: * 姓名：周晓岚")
+    assert f"Personality: {NEGATIVE}; traits: 暴躁, 多疑, 刻薄\n" in card
+
+
+def test_sage_row_from_the_profile_builder_with_topic_and_unknown_type(tmp_path):
+    """build_profile.py also writes `topic` and `3-question`; a type SAGE does not define is kept verbatim;
+    a profile without a name line gets the neutral label User."""
+    row = {"id": "b1", "player": "A 34-year-old primary school teacher who hides stress behind jokes.",
+           "scene": "Her school will merge with another and her post may be cut.", "3-question": [
+               "Did you see the match?", "Ha, fine, whatever.", "What do you do to relax?"],
+           "main_cha": "主动型", "cha_group": ["外向", "急躁"], "topic": "work stress",
+           "task": "She wants her care for her pupils seen before any talk about jobs.",
+           "first_talk": "Ha, so apparently I might be 'restructured'. Fun times."}
+    path = tmp_path / "built.jsonl"
+    path.write_text(json.dumps(row, ensure_ascii=False) + "\n", encoding="utf-8")
     loaded = load_personas(path)
     assert loaded.problems == []
-    en, zh = loaded.personas
-    assert (en.id, en.name, en.language) == ("sage-en-1", "Maya", "en")
-    assert en.situation == SAGE_ROWS[0]["scene"] and en.hidden_need == SAGE_ROWS[0]["task"]
-    assert en.first_message == SAGE_ROWS[0]["first_talk"] and "her head teacher" in en.background
-    assert (zh.id, zh.name, zh.language) == ("sage-zh-1", "小林", "zh")
-    assert zh.background.startswith(SAGE_ROWS[1]["player"]) and "组长" in zh.background
-    assert zh.first_message == SAGE_ROWS[1]["first_talk"]
+    [p] = loaded.personas
+    assert (p.name, p.language, p.personality) == ("User", "en", "主动型; traits: 外向, 急躁")
+    assert p.situation == "Topic: work stress\nHer school will merge with another and her post may be cut."
+    assert p.speaking_style == ("things you have said to a friend: Did you see the match? / Ha, fine, whatever. / "
+                                "What do you do to relax?")
+    assert p.background == row["player"]
 
 
-def test_sage_row_with_an_unexpected_key(tmp_path):
-    rows = [SAGE_ROWS[0], {**SAGE_ROWS[1], "emotion_level": 30}]
+def test_sage_row_with_an_unexpected_key_or_no_first_talk(tmp_path):
+    rows = [json.loads(line) for line in SAGE_PROFILES.read_text(encoding="utf-8").splitlines()]
+    no_talk = {k: v for k, v in rows[2].items() if k != "first_talk"}
     path = tmp_path / "sage.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n"
+                            for r in [rows[0], {**rows[1], "emotion_level": 30}, no_talk,
+                                      {**rows[1], "id": "x", "cha_group": [1, 2]}]), encoding="utf-8")
     loaded = load_personas(path)
-    assert [p.id for p in loaded.personas] == ["sage-en-1"]
-    [problem] = loaded.problems
-    assert problem.line == 2 and "emotion_level" in problem.message
+    assert [p.id for p in loaded.personas] == [rows[0]["id"]]
+    extra, missing, bad = loaded.problems
+    assert extra.line == 2 and "unexpected key(s) ['emotion_level']" in extra.message
+    assert missing.line == 3 and missing.message == (
+        "missing SAGE field(s) ['first_talk'] (SAGE's profile/simulator_profile.jsonl has no opening line; "
+        "use profile/simulator_profile_withfirsttalk.jsonl)")
+    assert bad.line == 4 and bad.message == "cha_group must be a list of strings, got [1, 2]"
 
 
 def test_chinese_persona_asks_the_user_to_write_chinese():

@@ -4,8 +4,8 @@ One module per command group, each defining plain functions; this file builds th
 registers every command, in the order `rubricrl --help` lists them:
 
 - `score`: score; `rubrics`: rubrics lint, generate, refine; `judge`: judge fit, agree, calibrate, audit;
-- `eval`: eval, compare, report; `train`: train; `simulate`: simulate; `tactics`: tactics classify,
-  stickiness, fit; `serve`: serve, llama-server;
+- `eval`: eval, compare, report; `train`: train; `simulate`: simulate, simulate summarize;
+  `tactics`: tactics classify, stickiness, fit; `serve`: serve, llama-server;
 - shared by all: `options` (options several commands take, declared once) and `common` (consoles,
   error exits, progress bars, the `--rubric` loader, the `--judge` builder).
 
@@ -42,7 +42,11 @@ tactics_app.command("classify")(tactics.tactics_classify)
 tactics_app.command("stickiness")(tactics.tactics_stickiness)
 tactics_app.command("fit")(tactics.tactics_fit)
 app.command("train")(train.train)
-app.command("simulate")(simulate.simulate)
+simulate_app = typer.Typer(invoke_without_command=True, help="Simulated users: run conversations, summarize "
+                                                              "transcript files.")
+simulate_app.callback()(simulate.simulate)
+simulate_app.command("summarize")(simulate.summarize)
+app.add_typer(simulate_app, name="simulate")
 app.command("llama-server")(serve.llama_server)
 app.command("eval")(eval_commands.eval_)
 app.command("compare")(eval_commands.compare)

@@ -1,4 +1,6 @@
-"""`rubricrl simulate`: conversations with simulated users who have hidden emotions."""
+"""`rubricrl simulate`: conversations with simulated users who have hidden emotions, and
+`rubricrl simulate summarize FILE...`: the Sentient-style summary of transcript files (rubricrl's or
+SAGE's released results)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from rubricrl.core.jsonl import escape_line_separators
 
 
 def simulate(
-    out: Annotated[Path, typer.Option(help="Directory for transcripts.jsonl, summary.json and report.html.")],
+    ctx: typer.Context,
+    out: Annotated[Optional[Path], typer.Option(help="Directory for transcripts.jsonl, summary.json and "
+                                                     "report.html (required to run conversations).")] = None,
     policy: Annotated[str, typer.Option(help="Supporter: local[:MODEL] (e.g. a training run's final/), "
                                              "llamacpp[:FILE.gguf] or openai:URL?model=NAME.")] = "local",
     personas: Annotated[Optional[Path], typer.Option(help="Persona YAML/JSONL (rubricrl or SAGE format) or a "
@@ -28,7 +32,13 @@ def simulate(
     concurrency: Annotated[int, typer.Option(min=1, help="Conversations in flight at once.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed for the users (same seed, same users).")] = 0,
 ):
-    """Talk to simulated users with hidden emotions and report the Sentient-style score."""
+    """Talk to simulated users with hidden emotions and report the Sentient-style score
+    (`rubricrl simulate summarize FILE...` summarizes transcript files instead)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        fail("missing option --out (the directory for transcripts.jsonl, summary.json and report.html); "
+             "to summarize existing transcript files use `rubricrl simulate summarize FILE...`")
     import asyncio
 
     from rubricrl.llm.chat import make_chat_model
@@ -78,8 +88,8 @@ def simulate(
     report = write_simulation_report(out, ordered, summary)
     table = Table(title="rubricrl simulate", show_header=False)
     score = summary.score
-    table.add_row("mean final emotion", f"{score.mean:.1f}  95% CI [{score.ci_low:.1f}, {score.ci_high:.1f}]  n={score.n}"
-                  if score else "no conversation completed")
+    table.add_row("mean final emotion", f"{tenth(score.mean)}  95% CI [{tenth(score.ci_low)}, {tenth(score.ci_high)}]  "
+                  f"n={score.n}" if score else "no conversation completed")
     table.add_row("successes (reached 100)", str(summary.successes))
     table.add_row("failures (below 10)", str(summary.failures))
     table.add_row("mean supporter turns", f"{summary.mean_turns:.2f}" if summary.mean_turns is not None else "-")
@@ -90,3 +100,51 @@ def simulate(
     table.add_row("personas skipped", str(len(loaded.problems)))
     console.print(table)
     console.print(f"wrote {path}, {out / 'summary.json'} and {report}", highlight=False)
+
+
+def summarize(
+    files: Annotated[list[Path], typer.Argument(help="Transcript files: rubricrl's transcripts.jsonl or SAGE's "
+                                                     "*_result.jsonl (format detected per file).")],
+    success_at: Annotated[float, typer.Option(help="A conversation ending at or above this emotion is a success.")] = 100,
+    failure_below: Annotated[float, typer.Option(help="A conversation ending below this emotion is a failure.")] = 10,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the summaries to this JSON file.")] = None,
+):
+    """Summarize transcript files (rubricrl's or SAGE's released results): mean final emotion with a
+    95% CI, successes and failures, one row per file."""
+    from rubricrl.dialogue.summary import summarize_simulation
+    from rubricrl.dialogue.transcripts import TranscriptFileError, read_transcript_file
+
+    refuse_clash([("--json", json_out)], [(f"FILE {i + 1}", f) for i, f in enumerate(files)])
+    rows = []
+    for path in files:
+        if not path.is_file():
+            fail(f"{path}: no such file")
+        try:
+            fmt, transcripts = read_transcript_file(path, success_at=success_at, failure_below=failure_below)
+        except TranscriptFileError as exc:
+            fail(str(exc))
+        summary = summarize_simulation(transcripts, success_at=success_at, failure_below=failure_below)
+        rows.append({"file": str(path), "format": fmt, **summary.to_dict()})
+    table = Table(title="rubricrl simulate summarize")
+    for name in ("file", "format", "mean final emotion", "95% CI", "successes", "failures", "turns", "errors"):
+        table.add_column(name, justify="left" if name in ("file", "format") else "right")
+    for row in rows:
+        score = row["score"]
+        table.add_row(Path(row["file"]).name, row["format"], tenth(score["mean"]) if score else "-",
+                      f"[{tenth(score['ci_low'])}, {tenth(score['ci_high'])}]" if score else "-", str(row["successes"]),
+                      str(row["failures"]), f"{row['mean_turns']:.2f}" if row["mean_turns"] is not None else "-",
+                      f"{row['errors']} of {row['conversations']}")
+    console.print(table)
+    console.print(f"success: final emotion >= {success_at:g}; failure: below {failure_below:g}; conversations that "
+                  "ended in an error are counted, not scored", highlight=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"success_at": success_at, "failure_below": failure_below, "files": rows},
+                                       indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        console.print(f"wrote {json_out}", highlight=False)
+
+
+def tenth(value: float) -> str:
+    """`value` to one decimal, halves rounded up as SAGE's leaderboard does (31.75 -> 31.8, 28.95 -> 29.0)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(repr(round(value, 9))).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))

@@ -1,7 +1,12 @@
 """Personas of simulated users: who they are, what happened, how they talk, and the hidden need
 that would actually help them. Read from YAML (a list) or JSONL, in rubricrl's format or as
-SAGE profile rows (`id, player, scene, main_cha, cha_group, task, first_talk`). A bad row is a
-`Problem` naming the file, line and field; the other rows still load.
+SAGE profile rows (`id, player, scene, main_cha, cha_group, task, first_talk`, and `topic`,
+`3-question` as SAGE's profile builder writes them). A bad row is a `Problem` naming the file,
+line and field; the other rows still load.
+
+In a SAGE row `main_cha` is the persona's personality type (one of three, described in English
+below) and `cha_group` three trait words of that type; the name is the `姓名` (or `Name`) line of
+the `player` profile, else the neutral label `User`.
 """
 
 from __future__ import annotations
@@ -20,8 +25,16 @@ from rubricrl.core.problems import Problem
 from rubricrl.core.resources import data_path
 
 BUNDLED_DIR = data_path("personas")
-SAGE_FIELDS = ("id", "player", "scene", "main_cha", "cha_group", "task", "first_talk")
+SAGE_FIELDS = ("id", "player", "scene", "main_cha", "cha_group", "task", "first_talk", "topic", "3-question")
+# SAGE's three personality types (`main_cha`), described in English for the user model's persona card
+SAGE_TYPES = {
+    "负面型": "negative type: irritable and quick to complain, easily provoked, slow to be won over",
+    "被动型": "passive type: waits to be asked, rarely leads the conversation, goes along with the other person",
+    "回避型": "avoidant type: guarded, sidesteps painful subjects and withdraws when pressed",
+}
+SAGE_NO_NAME = "User"
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+_NAME_LINE = re.compile(r"^[\s*#>-]*(?:姓名|名字|name)\s*[:：]\s*\**\s*([^\n*]+?)\s*\**\s*$", re.I | re.M)
 
 
 class Persona(BaseModel):
@@ -131,22 +144,44 @@ def _is_sage(row: dict) -> bool:
 
 
 def _from_sage(row: dict) -> Persona:
-    """A SAGE profile row: `player` is the character profile, `scene` the situation, `task` the
-    hidden goal, `first_talk` the opening line; unexpected keys are refused, not dropped."""
+    """A SAGE profile row: `player` (the character profile) is the background, `scene` the
+    situation (after `topic`, if given), `task` the hidden need, `first_talk` the opening line,
+    `main_cha` the personality type and `cha_group` its trait words, `3-question` (things the
+    character said to a friend) the speaking style. Unexpected keys are refused, not dropped."""
     unknown = sorted(set(row) - set(SAGE_FIELDS))
     if unknown:
-        raise ValueError(f"unexpected key(s) {unknown} in a SAGE profile row; SAGE rows have exactly "
-                         f"{', '.join(SAGE_FIELDS)}")
+        raise ValueError(f"unexpected key(s) {unknown} in a SAGE profile row; SAGE rows have "
+                         f"{', '.join(SAGE_FIELDS[:7])} (and optionally topic, 3-question)")
     missing = [k for k in ("id", "player", "scene", "task", "first_talk") if not str(row.get(k) or "").strip()]
     if missing:
-        raise ValueError(f"missing SAGE field(s) {missing}")
-    others = row.get("cha_group") or []
-    others = "、".join(map(str, others)) if isinstance(others, list) else str(others)
+        hint = (" (SAGE's profile/simulator_profile.jsonl has no opening line; use "
+                "profile/simulator_profile_withfirsttalk.jsonl)" if "first_talk" in missing else "")
+        raise ValueError(f"missing SAGE field(s) {missing}{hint}")
+    player = str(row["player"])
+    kind = str(row.get("main_cha") or "").strip()
+    traits = _words(row.get("cha_group"), "cha_group")
+    parts = [SAGE_TYPES.get(kind, kind), f"traits: {', '.join(traits)}" if traits else ""]
+    personality = "; ".join(x for x in parts if x)
+    said = _words(row.get("3-question"), "3-question")
+    topic = str(row.get("topic") or "").strip()
+    name = _NAME_LINE.search(player)
     text = " ".join(str(row.get(k) or "") for k in ("player", "scene", "first_talk"))
-    return Persona(id=str(row["id"]), name=str(row.get("main_cha") or "the user"),
-                   background=str(row["player"]) + (f" (others in the scene: {others})" if others else ""),
-                   situation=str(row["scene"]), hidden_need=str(row["task"]), first_message=str(row["first_talk"]),
+    return Persona(id=str(row["id"]), name=name.group(1).strip() if name else SAGE_NO_NAME, background=player,
+                   situation=(f"Topic: {topic}\n" if topic else "") + str(row["scene"]), personality=personality,
+                   speaking_style=f"things you have said to a friend: {' / '.join(said)}" if said else "",
+                   hidden_need=str(row["task"]), first_message=str(row["first_talk"]),
                    language="zh" if _CJK.search(text) else "en")
+
+
+def _words(value, key: str) -> list[str]:
+    """A SAGE list of short strings (`cha_group`, `3-question`); one string is a list of one."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [value.strip()]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v.strip() for v in value if v.strip()]
+    raise ValueError(f"{key} must be a list of strings, got {json.dumps(value, ensure_ascii=False)[:80]}")
 
 
 def _problem(path: Path, line: int | None, exc: Exception) -> Problem:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from rubricrl.llm.chat import ChatModel
 from rubricrl.dialogue.persona import Persona
-from rubricrl.dialogue.user import SimulatedUser, visible_text
+from rubricrl.dialogue.user import SimulatedUser, UserError, visible_text
 
 EndReason = Literal["goodbye", "success", "failure", "max_turns", "error"]
 SUPPORTER_SYSTEM = ("You are a warm, attentive emotional-support listener. Reply to the person in a few sentences. "
@@ -138,8 +138,8 @@ async def converse(slot: Slot, policy: PolicyTurn, user: SimulatedUser) -> Trans
                else "goodbye" if analysis.leave else "max_turns" if t == s.max_turns - 1 else None)
         if end in (None, "goodbye"):
             text = await user.reply(persona, history, emotion, end == "goodbye", turn_seed)
-            if text is None:
-                turns.append(record.model_copy(update={"error": "user: the reply stayed empty after the retries"}))
+            if isinstance(text, UserError):
+                turns.append(record.model_copy(update={"error": f"user: {text.reason}"}))
                 end = "error"
                 break
             record = record.model_copy(update={"text": text})

@@ -5,7 +5,9 @@ Each turn has two model calls: an *analysis* (hidden; persona, hidden need, hist
 emotion in, JSON `{reasons, change, leave}` out, the change clamped to +-`max_change`) and a
 *reply* written in the persona's voice conditioned on the new emotion. An analysis that cannot
 be parsed is retried `analysis_retries` times and then recorded as an error turn: the emotion is
-never silently left unchanged. The user never sees the supporter's `<think>` block.
+never silently left unchanged; the error says when the answer was cut at its token limit or by a
+full context, and a prompt too long for the model (`too_long`) is not re-asked. The user never sees
+the supporter's `<think>` block.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rubricrl.llm.chat import ChatModel
+from rubricrl.llm.endpoint import ChatResult
 from rubricrl.dialogue.persona import Persona
 
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
@@ -97,16 +101,20 @@ class SimulatedUser:
                                            json_schema=analysis_schema(s.max_change))
             if result.error:
                 problem = f"analysis call failed: {result.error}"
+                if result.error.startswith("too_long"):  # the same prompt would not fit on a re-ask either
+                    return f"{problem}; not re-asked"
                 continue
             parsed = parse_analysis(result.text, s.max_change)
             if isinstance(parsed, Analysis):
                 return parsed
-            problem = f"analysis unparsable ({parsed}); answer began {result.text[:80]!r}"
+            problem = f"analysis unparsable ({parsed}{_cut(result, s.max_analysis_tokens, 'max_analysis_tokens')}); " \
+                      f"answer began {result.text[:80]!r}"
         return f"{problem} after {s.analysis_retries + 1} attempt(s)"
 
     async def reply(self, persona: Persona, history: list[tuple[str, str]], emotion: float, leave: bool,
-                    seed: int | None) -> str | None:
-        """The user's next message in the persona's voice, or None if it stays empty after the retries."""
+                    seed: int | None) -> str | UserError:
+        """The user's next message in the persona's voice, or a UserError if it stays empty (or its
+        calls fail) after the retries."""
         s = self.settings
         mood = ("you feel much better and understood" if emotion >= 80 else "you feel somewhat better" if emotion >= 60
                 else "you still feel low" if emotion >= 30 else "you feel worse and frustrated")
@@ -118,13 +126,38 @@ class SimulatedUser:
             {"role": "user", "content": f"Conversation so far:\n{_transcript(history, persona.name)}\n\n"
                                         f"{persona.name}'s next message:"},
         ]
+        failed = ""
         for attempt in range(s.analysis_retries + 1):
             result = await self.model.chat(messages, max_tokens=s.max_reply_tokens, temperature=s.temperature,
                                            seed=None if seed is None else seed + 104729 * (attempt + 1))
-            text = clean_reply(result.text, persona.name) if not result.error else ""
+            if result.error:
+                failed = result.error
+                if failed.startswith("too_long"):
+                    return UserError(f"reply call failed: {failed}; not re-asked")
+                continue
+            text = clean_reply(result.text, persona.name)
             if text:
                 return text
-        return None
+            failed = ""
+        return UserError(f"reply call failed: {failed} after {s.analysis_retries + 1} attempt(s)" if failed
+                         else "the reply stayed empty after the retries")
+
+
+@dataclass(frozen=True)
+class UserError:
+    """Why the user could not write its message (the conversation ends as an `error`)."""
+
+    reason: str
+
+
+def _cut(result: ChatResult, limit: int, setting: str) -> str:
+    """What a `length` stop means for an unparsable answer: the token limit, or a full context."""
+    if result.finish_reason != "length":
+        return ""
+    if result.completion_tokens and result.completion_tokens < limit:
+        return (f"; the answer was cut after {result.completion_tokens} tokens because the model's context was full "
+                f"({result.prompt_tokens} prompt tokens); give the model a longer context (llamacpp?context=N)")
+    return f"; the answer was cut at {setting}={limit} tokens"
 
 
 def parse_analysis(text: str, max_change: int) -> Analysis | str:

@@ -175,7 +175,8 @@ def openai_judge(arg: str, options: BuildOptions) -> Judge:
 
 @register("llamacpp", role="model", usage=("llamacpp[:FILE.gguf]",))
 def llamacpp_judge(arg: str, options: BuildOptions) -> Judge:
-    """`llamacpp[:FILE.gguf][?key=value&...]`: a llama.cpp server on loopback in this process."""
+    """`llamacpp[:FILE.gguf][?key=value&...]`: a llama.cpp server on loopback in this process
+    (`context=N` tokens per slot, default 4096; `parallel=N` slots, default 4)."""
     require("xllamacpp", extra="llamacpp", feature="llamacpp judge")
     return cached(http_judge("llamacpp", arg, threshold=options.threshold), options)
 
@@ -199,27 +200,34 @@ def http_judge(kind: str, arg: str, *, threshold: float = 0.5):
     from rubricrl.judges.http import MODES, ORDERS, HTTPJudge
     from rubricrl.llm.endpoint import ChatEndpoint, parse_endpoint_spec
 
-    label, server = None, None
-    if kind == "llamacpp":
-        from rubricrl.llm.llama_server import LlamaServer
+    parsed = None
+    try:  # the whole spec is checked before a llama.cpp server starts
+        if kind == "llamacpp":
+            from rubricrl.llm.llama_server import parse_llamacpp_spec
 
-        model, _, query = arg.partition("?")
-        server = LlamaServer(model or None).start()
-        label = f"llamacpp:{Path(server.model_path).name}"
-        arg = server.url + (f"?{query}" if query else "")
-    try:
-        config, extra = parse_endpoint_spec(arg)
+            parsed = parse_llamacpp_spec(arg)
+            config, extra = parsed.config, dict(parsed.extra)
+        else:
+            config, extra = parse_endpoint_spec(arg)
     except ValueError as exc:
         raise JudgeSpecError(str(exc)) from None
     mode = extra.pop("mode", "logprob" if kind == "llamacpp" else "per_criterion")
     order = extra.pop("order", "auto")
     if extra:
+        sizes = "context, parallel, " if parsed else ""
         raise JudgeSpecError(f"unknown key(s) {sorted(extra)} in judge spec {kind}:{arg}; known: mode, order, "
-                             f"{', '.join(k for k in type(config).model_fields if k != 'base_url')}")
+                             f"{sizes}{', '.join(k for k in type(config).model_fields if k != 'base_url')}")
     if mode not in MODES:
         raise JudgeSpecError(f"unknown mode {mode!r} in judge spec; use one of {', '.join(MODES)}")
     if order not in ORDERS:
         raise JudgeSpecError(f"unknown order {order!r} in judge spec; use one of {', '.join(ORDERS)}")
-    judge = HTTPJudge(ChatEndpoint(config), mode, label=label, threshold=threshold, order=order)
+    label, server = None, None
+    if parsed:
+        endpoint = parsed.start()
+        server = endpoint.server
+        label = f"llamacpp:{Path(server.model_path).name}"
+    else:
+        endpoint = ChatEndpoint(config)
+    judge = HTTPJudge(endpoint, mode, label=label, threshold=threshold, order=order)
     judge.server = server  # keeps an in-process llama.cpp server alive as long as the judge
     return judge

@@ -4,7 +4,9 @@ in-process llama.cpp server, or any OpenAI-compatible endpoint.
 
 `make_chat_model(spec)`:
 - `local` or `local:MODEL` (hub id, directory or .gguf; default the embedded SmolLM2-135M);
-- `llamacpp` or `llamacpp:FILE.gguf`, optionally `?key=value&...` endpoint settings;
+- `llamacpp` or `llamacpp:FILE.gguf`, optionally `?key=value&...`: `context` (tokens per slot,
+  default 4096) and `parallel` (slots, default 4) size the server, other keys are endpoint settings;
+  a prompt too long for the context is a `too_long` error (`rubricrl.llm.llama_server`);
 - `openai:URL?model=NAME&...` (see `rubricrl.llm.endpoint.EndpointConfig` for the keys).
 `await model.chat(messages, ...)` returns a `ChatResult`; failures are in `result.error`, never raised.
 """
@@ -83,13 +85,12 @@ def make_chat_model(spec: str | None = None) -> ChatModel:
     if kind == "llamacpp":
         from pathlib import Path
 
-        from rubricrl.llm.llama_server import LlamaServer
+        from rubricrl.llm.llama_server import parse_llamacpp_spec
 
-        model, _, query = arg.partition("?")
-        server = LlamaServer(model or None).start()
-        config, extra = parse_endpoint_spec(server.url + (f"?{query}" if query else ""))
-        _no_extra(extra, spec)
-        return EndpointChat(ChatEndpoint(config), f"llamacpp:{Path(server.model_path).name}", server)
+        parsed = parse_llamacpp_spec(arg)
+        _no_extra(parsed.extra, spec)
+        endpoint = parsed.start()
+        return EndpointChat(endpoint, f"llamacpp:{Path(endpoint.server.model_path).name}", endpoint.server)
     if kind == "openai":
         config, extra = parse_endpoint_spec(arg)
         _no_extra(extra, spec)
