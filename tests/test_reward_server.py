@@ -136,9 +136,10 @@ def test_label_carries_a_per_row_rubric(client):
     # row 0: server rubric, "Hello! How are you?" -> 1.0; row 1: own rubric, says bye -> 1.0
     # row 2: own rubric (object), "Nothing to say ..." has no "bye" -> 0.0
     # row 3: bundled empathy with rules only: "Hello! How are you?" is 4 words, under concise's minimum 5 ->
-    #        few-questions 1 + no-ai-disclaimer 2 + no-dismissive 2 of (1 + 1 + 2 + 2) = 5/6 (model criteria skipped)
+    #        few-questions 1 + ends-complete 1 + no-ai-disclaimer 2 + no-dismissive 2 of (1 + 1 + 1 + 2 + 2) = 6/7
+    #        (model criteria skipped)
     # row 4: {"rubric", "prompt"} -> "hello idiot" has no "bye" -> 0.0
-    assert out["rewards"] == pytest.approx([1.0, 1.0, 0.0, 5 / 6, 0.0])
+    assert out["rewards"] == pytest.approx([1.0, 1.0, 0.0, 6 / 7, 0.0])
     assert set(out["extra_logs"]) == LOG_KEYS  # the same keys whatever the rows' rubrics
     assert out["extra_logs"]["rubric_skipped"] == [0.0, 0.0, 0.0, 5.0, 0.0]
 
@@ -261,7 +262,7 @@ def test_extra_logs_keys_are_the_same_for_every_row_of_every_request(server_rubr
     assert {frozenset(logs) for logs in per_row} == {frozenset(LOG_KEYS)}
     batch = row_logs(answers[0].json())
     assert [logs["rubric_scored"] for logs in batch] == [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]
-    assert batch[3]["rubric_judge_errors"] == 9.0 and batch[4]["rubric_skipped"] == 1.0  # empathy: 9 criteria
+    assert batch[3]["rubric_judge_errors"] == 10.0 and batch[4]["rubric_skipped"] == 1.0  # empathy: 10 criteria
     assert batch == [row_logs(a.json())[0] for a in answers[1:-1]]  # a row's logs do not depend on its batch
     assert answers[-1].json()["extra_logs"] == {k: v[::-1] for k, v in answers[0].json()["extra_logs"].items()}
 

@@ -201,7 +201,7 @@ def test_rubric_option_takes_a_bundled_name(tmp_path):
     result = runner.invoke(app, ["score", "--data", str(write_rows(tmp_path / "r.jsonl", ROWS[:1])),
                                  "--out", str(out), "--rubric", "empathy", "--judge", "rules"])
     assert result.exit_code == 0, result.output
-    assert len(read_out(out)[0]["verdicts"]) == 9  # the empathy rubric's criteria
+    assert len(read_out(out)[0]["verdicts"]) == 10  # the empathy rubric's criteria
 
 
 def test_bundled_rubric_lints():

@@ -86,7 +86,7 @@ def test_run_files_exist_and_parse(trained_run):
     assert metrics[0]["scaffold/probability"] > metrics[1]["scaffold/probability"]  # linear decay
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 2 * 4 and {s["step"] for s in samples} == {1, 2}
-    assert all(len(s["verdicts"]) == 9 for s in samples)  # the empathy rubric's 9 criteria
+    assert all(len(s["verdicts"]) == 10 for s in samples)  # the empathy rubric's 10 criteria
     assert all("rubric/defence_gated" in m for m in metrics)  # the quality gate is counted per step
     assert "Guidance for your reply" not in samples[0]["prompt"]  # the judge saw the original prompt
     assert summary["before"]["rows"] == 3 and summary["after"]["rows"] == 3

@@ -82,10 +82,10 @@ def test_rubric_from_extra_info_when_ground_truth_is_a_reference_answer():
     as_numpy = {**RUBRIC, "criteria": np.array(RUBRIC["criteria"], dtype=object)}
     assert naive_call(rv.compute_score, "ds", "whatever", as_numpy,
                       {"prompt": np.array(MESSAGES, dtype=object)})["score"] == pytest.approx(0.0)
-    # empathy with rules only: 4 words is under `concise`'s minimum of 5 -> few-questions 1 + no-ai-disclaimer 2
-    # + no-dismissive 2 of (1 + 1 + 2 + 2) = 5/6, the five model-judged criteria skipped
+    # empathy with rules only: 4 words is under `concise`'s minimum of 5 -> few-questions 1 + ends-complete 1
+    # + no-ai-disclaimer 2 + no-dismissive 2 of (1 + 1 + 1 + 2 + 2) = 6/7, the five model-judged criteria skipped
     empathy = naive_call(rv.compute_score, "ds", "Thank you for sharing.", "empathy", {"question": "I told them."})
-    assert empathy["score"] == pytest.approx(5 / 6) and empathy["rubric_skipped"] == 5.0
+    assert empathy["score"] == pytest.approx(6 / 7) and empathy["rubric_skipped"] == 5.0
 
 
 def test_batch_manager_call(tmp_path):
