@@ -50,7 +50,8 @@ def run(judge, *responses, criteria=(WARM, ASKS)):
 # -- the registry ----------------------------------------------------------------------------------
 
 def test_registry_lists_every_kind_in_order():
-    assert registered_kinds() == ["rules", "local", "exemplar", "gate", "openai", "llamacpp", "defences", "vote", "mean"]
+    assert registered_kinds() == ["rules", "local", "exemplar", "gate", "openai", "llamacpp", "critic", "defences",
+                                  "vote", "mean"]
     assert lookup("local").role == "model" and lookup("exemplar").role == "exemplar"
     assert lookup("vote").role == lookup("mean").role == "ensemble" and lookup("magic") is None
 
@@ -61,7 +62,8 @@ def test_an_unknown_spec_names_the_registered_kinds(spec):
         make_judge(spec, cache=False)
     message = str(info.value)
     assert message.startswith(f"unknown judge spec {spec!r}; use `rules`, `local`, `local:MODEL`")
-    assert "(registered judge kinds: rules, local, exemplar, gate, openai, llamacpp, defences, vote, mean)" in message
+    assert ("(registered judge kinds: rules, local, exemplar, gate, openai, llamacpp, critic, defences, vote, mean)"
+            in message)
     assert "`vote:SPEC1|SPEC2|...` / `mean:SPEC1|SPEC2|...`" in message
 
 

@@ -6,6 +6,9 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The judge-id prefix of a verdict that carries a critic's estimate instead of a verifier's decision.
+UNVERIFIED = "unverified:"
+
 
 class Status(str, Enum):
     """`error` means the judge failed and the criterion is excluded from the score (and counted);
@@ -32,6 +35,12 @@ class Verdict(BaseModel):
     def decided(self) -> bool:
         """True for met/unmet: the verdicts that enter a score."""
         return self.status in (Status.MET, Status.UNMET)
+
+    @property
+    def unverified(self) -> bool:
+        """True for a critic's estimate that no verifier checked (judges/critic.py): its judge id starts
+        with `unverified:` and names the critic, so it reads as one in every file."""
+        return self.judge_id.startswith(UNVERIFIED)
 
 
 def error_verdict(criterion_id: str, judge_id: str, reason: str) -> Verdict:

@@ -14,6 +14,10 @@ rule judge; the spec names what decides the other criteria, joined with `+`:
   e.g. `openai:http://127.0.0.1:8000/v1?model=Qwen/Qwen2.5-7B-Instruct&mode=batched&concurrency=32`;
 - `llamacpp[:FILE.gguf][?key=value&...]`: starts a llama.cpp server on loopback in this process
   (default: the embedded model) and judges through it; default mode `logprob`.
+- `critic:SETTINGS:CRITIC>VERIFIER`: a cheap critic (e.g. `exemplar`) ranks the criteria by how likely
+  each is failed and an expensive verifier judge (e.g. `local`, `openai:URL`) checks only the top `k=N`
+  (or those with p_fail >= `p=X`); the rest keep the critic's estimate, marked unverified; `online=N`
+  refits the critic from the verifier's outcomes (judges/critic.py), e.g. `critic:k=2:exemplar>local`;
 - `gate` or `gate:DIR` (optional part, e.g. `gate+exemplar+local`, the default reward judge): the
   quality gate (judges/gate.py): replies it finds incoherent or deflecting get their positive-weight
   model-judged criteria `unmet` before any exemplar or model judge sees them;
@@ -35,7 +39,7 @@ from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats
 from rubricrl.judges.cache import CachedJudge, VerdictCache
 from rubricrl.judges.defences import Defences, DefenceStats
 from rubricrl.judges.registry import (BuildOptions, JudgeSpecError, http_judge, lookup, register, registered_kinds,
-                                      unknown_spec)
+                                      split_part, unknown_spec)
 from rubricrl.judges.routing import RoutedJudge
 from rubricrl.judges.rules import RuleJudge
 
@@ -65,10 +69,7 @@ def make_judge(spec: str = "local", *, cache: bool = True, cache_path: str | Pat
     model_judge: Judge | None = None
     exemplar = gate = None
     for part in spec.split("+"):
-        kind, _, arg = part.strip().partition(":")
-        if "?" in kind:  # `llamacpp?mode=...`: options without a model
-            kind, query = kind.split("?", 1)
-            arg = "?" + query + (":" + arg if arg else "")
+        kind, arg = split_part(part)  # `llamacpp?mode=...`: options without a model
         entry = lookup(kind)
         role = entry.role if entry is not None else None
         if role == "defences":  # `+defences:off`, `+defences:precheck=off,evidence=on` (judges/defences.py)

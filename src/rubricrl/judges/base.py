@@ -25,7 +25,10 @@ class JudgeRequest:
 
 @dataclass
 class JudgeStats:
-    """Running totals a judge keeps; `model_calls` counts forward passes or HTTP calls."""
+    """Running totals a judge keeps; `model_calls` counts forward passes or HTTP calls. A critic judge
+    (judges/critic.py) also counts the criteria it sent to its verifier (`verified`), those it left with
+    the critic's estimate (`unverified`) and the verified ones the verifier found failed (`confirmed`:
+    the critic's reward); they stay 0 for every other judge."""
 
     model_calls: int = 0
     tokens: int = 0
@@ -34,6 +37,9 @@ class JudgeStats:
     verdicts: int = 0
     errors: int = 0
     error_reasons: dict[str, int] = field(default_factory=dict)
+    verified: int = 0
+    unverified: int = 0
+    confirmed: int = 0
 
     def count(self, verdicts: Sequence[Verdict]) -> None:
         self.verdicts += len(verdicts)

@@ -93,8 +93,9 @@ class Calibration(BaseModel):
 
 
 def recalibrate(verdict: Verdict, criterion: Criterion, calibration: Calibration, judge_id: str) -> Verdict:
-    """The verdict re-decided at the calibrated threshold (see the module docstring for what passes)."""
-    if not verdict.decided or verdict.p_met is None or verdict.reason.startswith("precheck"):
+    """The verdict re-decided at the calibrated threshold (see the module docstring for what passes); a
+    critic's unverified estimate (judges/critic.py) is not the calibrated judge's and passes unchanged."""
+    if not verdict.decided or verdict.p_met is None or verdict.reason.startswith("precheck") or verdict.unverified:
         return verdict
     t, source = calibration.threshold_for(criterion)
     status = Status.MET if verdict.p_met >= t else Status.UNMET

@@ -2,8 +2,8 @@
 
 `make_judge` (judges/__init__.py) parses a spec and looks each kind up here. A kind has a role,
 which says where its judge goes in the routed judge:
-- `model`: decides the model-judged criteria; at most one per spec (`local`, `openai`, `llamacpp`);
-  factory `(arg, options) -> Judge`;
+- `model`: decides the model-judged criteria; at most one per spec (`local`, `openai`, `llamacpp`, and
+  `critic`, a critic judge in front of a verifier judge); factory `(arg, options) -> Judge`;
 - `exemplar`: exemplar classifiers for the criteria they were fitted on; at most one (`exemplar`);
   factory `(arg, options) -> ExemplarJudge`;
 - `gate`: the quality gate (judges/gate.py) in front of the exemplar and model judges; at most one
@@ -94,6 +94,16 @@ def unknown_spec(spec: str) -> JudgeSpecError:
         + f" (registered judge kinds: {', '.join(_KINDS)})")
 
 
+def split_part(part: str) -> tuple[str, str]:
+    """One `+` part of a spec as (kind, argument): `local:MODEL` -> (`local`, `MODEL`); options without a
+    model, `llamacpp?mode=logprob`, -> (`llamacpp`, `?mode=logprob`)."""
+    kind, _, arg = part.strip().partition(":")
+    if "?" in kind:
+        kind, query = kind.split("?", 1)
+        arg = "?" + query + (":" + arg if arg else "")
+    return kind, arg
+
+
 def cached(judge: Judge, options: BuildOptions) -> Judge:
     """`judge` behind the verdict cache, unless `options.cache` is off."""
     if not options.cache:
@@ -179,6 +189,19 @@ def llamacpp_judge(arg: str, options: BuildOptions) -> Judge:
     (`context=N` tokens per slot, default 4096; `parallel=N` slots, default 4)."""
     require("xllamacpp", extra="llamacpp", feature="llamacpp judge")
     return cached(http_judge("llamacpp", arg, threshold=options.threshold), options)
+
+
+@register("critic", role="model", usage=("critic:k=N:CRITIC>VERIFIER",))
+def critic_judge(arg: str, options: BuildOptions) -> Judge:
+    """`critic:SETTINGS:CRITIC>VERIFIER` (judges/critic.py): the critic ranks the criteria by how likely each
+    is failed and the verifier judges only the top k (`k=N`) or those above a cutoff (`p=X`); e.g.
+    `critic:k=2:exemplar>local`, `critic:k=2,online=32:exemplar>openai:URL`."""
+    from rubricrl.judges.critic import CriticSpecError, build_critic
+
+    try:
+        return build_critic(arg, options)
+    except CriticSpecError as exc:
+        raise JudgeSpecError(str(exc)) from None
 
 
 @register("defences", role="defences", usage=("defences:SETTINGS",))

@@ -100,7 +100,8 @@ class RoutedJudge:
                     owners.append(i)
             for i, sent, verdicts in zip(owners, sub, await judge.judge(sub) if sub else []):
                 if name == "model" and self.checks_evidence:
-                    checked = [require_evidence(v, c, sent.response, self.defences.min_quote_chars)
+                    checked = [v if v.unverified  # a critic's estimate (judges/critic.py) quotes nothing
+                               else require_evidence(v, c, sent.response, self.defences.min_quote_chars)
                                for v, c in zip(verdicts, sent.criteria)]
                     self.defence_stats.downgraded += sum(a is not b for a, b in zip(checked, verdicts))
                     verdicts = checked

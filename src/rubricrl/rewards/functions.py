@@ -148,12 +148,19 @@ class RubricReward:
 
 def _log_judge_spend(log_metric: Callable[[str, float], None], name: str, before: JudgeReport,
                      after: JudgeReport) -> None:
-    """The judge's spend in one call (model calls, tokens, cost) and, for a judge with defences (the
-    router), the defences that fired."""
+    """The judge's spend in one call (model calls, tokens, cost); for a critic judge, the criteria it
+    verified, left unverified and found failed; for a judge with defences (the router), the defences
+    that fired."""
     for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"),
                                (before.stats.model_calls, before.stats.tokens, before.stats.cost),
                                (after.stats.model_calls, after.stats.tokens, after.stats.cost)):
         log_metric(f"{name}/{key}", float(now - start))
+    s0, s1 = before.stats, after.stats
+    if s1.verified or s1.unverified:  # a critic judge (judges/critic.py): what it sent to its verifier
+        for key, start, now in zip(("judge_verified", "judge_unverified", "critic_confirmed"),
+                                   (s0.verified, s0.unverified, s0.confirmed),
+                                   (s1.verified, s1.unverified, s1.confirmed)):
+            log_metric(f"{name}/{key}", float(now - start))
     d0, d1 = before.defences, after.defences
     if d0 is not None and d1 is not None:
         for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded",
