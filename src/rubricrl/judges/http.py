@@ -17,11 +17,17 @@ prefix can shift P(yes) in the third decimal); only the speed differs.
 
 A failed call (after the endpoint's bounded retries), an unparsable answer, a refusal or a length
 stop is an `error` verdict whose reason starts with that cause; it is never a silent `unmet`.
+
+`compare` is the pairwise mode (judges/pairwise.py): one call per pair and criterion. In `logprob` mode
+the answer is one token and P(A), P(B), P(tie) are read from its top_logprobs; in the other modes it is
+a JSON object `{explanation, better}` whose `better` must be exactly "A", "B" or "tie" (else the
+preference is undecided with reason `parse: ...`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -29,6 +35,7 @@ from rubricrl.llm.endpoint import ChatEndpoint, ChatResult, logprob_yes
 from rubricrl.core.verdicts import Status, Verdict, error_verdict, skipped_verdict
 from rubricrl.judges import http_prompts as prompts
 from rubricrl.judges.base import EndpointUsage, JudgeReport, JudgeRequest, JudgeStats
+from rubricrl.judges.pairwise import WINNERS, PairRequest, Preference
 
 Mode = Literal["per_criterion", "batched", "logprob", "implicit"]
 MODES = ("per_criterion", "batched", "logprob", "implicit")
@@ -36,6 +43,7 @@ Order = Literal["auto", "chain", "spread"]
 ORDERS = ("auto", "chain", "spread")
 GENERATIVE_MODES = ("per_criterion", "batched")  # modes whose `met` comes with a quotable explanation
 ANSWER_TOKENS = {"per_criterion": 200, "batched": 120, "logprob": 1, "implicit": 200}  # batched: per criterion
+PAIR_ANSWER_TOKENS = 200
 
 
 class HTTPJudge:
@@ -49,6 +57,8 @@ class HTTPJudge:
         self.max_tokens = max_tokens
         name = label or (endpoint.config.model if endpoint.config.model != "default" else endpoint.config.base_url)
         self.judge_id = f"http:{name}/{mode}@{prompts.PROMPT_VERSION}" + (f",t={threshold:g}" if threshold != 0.5 else "")
+        pair_mode = "pairwise-logprob" if mode == "logprob" else "pairwise-json"
+        self.pair_judge_id = f"http:{name}/{pair_mode}@{prompts.PROMPT_VERSION}"
         self.stats = JudgeStats()
         self.reasks = 0  # batched items re-asked alone
 
@@ -61,20 +71,69 @@ class HTTPJudge:
         return JudgeReport(self.judge_id, self.stats.snapshot(), endpoints=(EndpointUsage.of(self.endpoint),))
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
-        s = self.endpoint.stats
-        before = (s.calls, s.prompt_tokens + s.completion_tokens, s.retries, s.cost)
+        before = self._usage()
         chain = self.order == "chain" or (self.order == "auto" and len(requests) >= self.endpoint.config.concurrency)
         # at most `concurrency` chains at once: more would interleave their calls in the endpoint's queue,
         # and the server's cache (llama.cpp keeps the last prompt of each slot) would lose the prefix
         chains = asyncio.Semaphore(self.endpoint.config.concurrency) if chain else None
         out = list(await asyncio.gather(*(self._one(req, chains) for req in requests)))
-        self.stats.model_calls += s.calls - before[0]
-        self.stats.tokens += s.prompt_tokens + s.completion_tokens - before[1]
-        self.stats.retries += s.retries - before[2]
-        self.stats.cost += s.cost - before[3]
+        self._count_usage(before)
         for verdicts in out:
             self.stats.count(verdicts)
         return out
+
+    def _usage(self) -> tuple:
+        s = self.endpoint.stats
+        return s.calls, s.prompt_tokens + s.completion_tokens, s.retries, s.cost
+
+    def _count_usage(self, before: tuple) -> None:
+        calls, tokens, retries, cost = self._usage()
+        self.stats.model_calls += calls - before[0]
+        self.stats.tokens += tokens - before[1]
+        self.stats.retries += retries - before[2]
+        self.stats.cost += cost - before[3]
+
+    async def compare(self, requests: Sequence[PairRequest]) -> list[list[Preference]]:
+        """One Preference per criterion of each request (module doc), all calls sent at once."""
+        before = self._usage()
+        one = self._pair_logprob if self.mode == "logprob" else self._pair_json
+        out = list(await asyncio.gather(*(asyncio.gather(*(one(req, c) for c in req.criteria)) for req in requests)))
+        self._count_usage(before)
+        return [list(row) for row in out]
+
+    def _pair_failure(self, result: ChatResult, criterion_id: str, problem: str) -> Preference:
+        if result.error:
+            return Preference(criterion_id, None, reason=result.error, judge_id=self.pair_judge_id)
+        reason = (f"length: the answer hit max_tokens before it was complete ({problem})"
+                  if result.finish_reason == "length" else f"parse: {problem}; answer began {result.text[:80]!r}")
+        self.endpoint.count_error(reason.split(":", 1)[0])
+        return Preference(criterion_id, None, reason=reason, judge_id=self.pair_judge_id)
+
+    async def _pair_json(self, req: PairRequest, criterion) -> Preference:
+        messages = prompts.pair_messages(req.conversation, req.response_a, req.response_b, criterion)
+        result = await self.endpoint.complete(messages, max_tokens=self.max_tokens or PAIR_ANSWER_TOKENS,
+                                              json_schema=prompts.PAIR_SCHEMA)
+        parsed = prompts.parse_pair(result.text) if result.ok else None
+        if parsed is None:
+            return self._pair_failure(result, criterion.id, 'no JSON object whose "better" is "A", "B" or "tie"')
+        return Preference(criterion.id, parsed[0], reason=parsed[1], judge_id=self.pair_judge_id,
+                          tokens=result.prompt_tokens + result.completion_tokens)
+
+    async def _pair_logprob(self, req: PairRequest, criterion) -> Preference:
+        messages = prompts.pair_token_messages(req.conversation, req.response_a, req.response_b, criterion)
+        result = await self.endpoint.complete(messages, max_tokens=1, logprobs=20)
+        if not result.ok:
+            return Preference(criterion.id, None, reason=result.error, judge_id=self.pair_judge_id)
+        probs = pair_logprobs(result.top_logprobs[0]) if result.top_logprobs else None
+        if probs is None:
+            reason = ("no_answer_token: none of A, B, tie among the top tokens" if result.has_logprobs else
+                      "logprobs_unsupported: the server returned no top_logprobs; use mode=per_criterion")
+            self.endpoint.count_error(reason.split(":", 1)[0])
+            return Preference(criterion.id, None, reason=reason, judge_id=self.pair_judge_id)
+        winner = max(zip(probs, WINNERS), key=lambda x: x[0])[1]
+        return Preference(criterion.id, winner, *probs, judge_id=self.pair_judge_id,
+                          reason="P(A)={:.3f}, P(B)={:.3f}, P(tie)={:.3f}".format(*probs),
+                          tokens=result.prompt_tokens + result.completion_tokens)
 
     async def _one(self, req: JudgeRequest, chains: asyncio.Semaphore | None) -> list[Verdict]:
         if not req.criteria:
@@ -163,3 +222,16 @@ class HTTPJudge:
         return [self._decided(c.id, None, p, f"holistic rating {rating}/10", share) if c.weight > 0 else
                 skipped_verdict(c.id, self.judge_id, f"implicit: folded into the holistic rating {rating}/10")
                 for c in req.criteria]
+
+
+def pair_logprobs(top: dict[str, float]) -> tuple[float, float, float] | None:
+    """(P(A), P(B), P(tie)) normalised over the three, from one token's top logprobs (spaces ignored; A and
+    B upper case only, tie in any case), or None when none of them is there."""
+    mass = [0.0, 0.0, 0.0]
+    for token, logprob in top.items():
+        word = token.strip()
+        index = 0 if word == "A" else 1 if word == "B" else 2 if word.lower() == "tie" else None
+        if index is not None:
+            mass[index] += math.exp(logprob)
+    total = sum(mass)
+    return tuple(m / total for m in mass) if total > 0 else None  # type: ignore[return-value]

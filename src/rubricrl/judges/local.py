@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from rubricrl.llm.models import EMBEDDED, load_causal_lm
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
 from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
-from rubricrl.judges.prompt import TEMPLATE_VERSION, answer_token_ids, render_pieces
+from rubricrl.judges.pairwise import WINNERS, PairRequest, Preference
+from rubricrl.judges.prompt import (PAIR_TEMPLATE_VERSION, TEMPLATE_VERSION, answer_token_ids, pair_token_ids,
+                                    render_pair_pieces, render_pieces)
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,15 @@ class Probability:
     p_met: float  # P(yes) / (P(yes) + P(no))
     answer_mass: float  # P(yes) + P(no): how much the model put on a yes/no answer at all
     tokens: int  # this verdict's share of the tokens computed
+
+
+@dataclass(frozen=True)
+class PairProbability:
+    p_a: float  # P(A), P(B), P(tie) normalised over the three answers
+    p_b: float
+    p_tie: float
+    answer_mass: float  # P(A) + P(B) + P(tie) before normalising
+    tokens: int
 
 
 @dataclass
@@ -40,7 +51,8 @@ class _Pack:
 
 
 class LocalJudge(StatsJudge):
-    """Yes/no judge on a local transformers model (default: the embedded SmolLM2-135M)."""
+    """Yes/no judge on a local transformers model (default: the embedded SmolLM2-135M); `compare` is its
+    pairwise mode (judges/pairwise.py): P(A), P(B), P(tie) at the answer position, the same token tree."""
 
     def __init__(self, model: str | None = None, *, threshold: float = 0.5, max_batch_tokens: int = 4096,
                  dtype: str = "float32"):
@@ -52,6 +64,8 @@ class LocalJudge(StatsJudge):
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 2048) or 2048)
         self.yes_ids, self.no_ids = answer_token_ids(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.pair_judge_id = f"local:{self.model_name}@{PAIR_TEMPLATE_VERSION}"
+        self._pair_ids = None  # A, B and tie answer token ids, looked up at the first comparison
         self.stats = JudgeStats()
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
@@ -121,16 +135,19 @@ class LocalJudge(StatsJudge):
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _shared_prefix(self, prefix: list[int], packs: list[_Pack]) -> list[list[Probability]]:
+    def _shared_prefix(self, prefix: list[int], packs: list[_Pack], read=None, make=Probability) -> list[list]:
+        """Per pack, `make(*answer, tokens)` per suffix, `answer` read from the hidden state at its answer
+        position by `read` (default: the yes/no reading)."""
         import torch
 
+        read = read or self._read
         base = self.model.base_model
         with torch.inference_mode():
             device = self.model.device
             cache = base(input_ids=torch.tensor([prefix], device=device), use_cache=True).past_key_values
             self.stats.model_calls += 1
             self.stats.tokens += len(prefix)
-            results: dict[int, list[Probability]] = {}
+            results: dict[int, list] = {}
             n_verdicts = sum(len(p.suffixes) for p in packs)
             for chunk in _chunks(packs, self.max_batch_tokens):
                 ids, positions, mask, readout = (t.to(device) for t in _tree_batch(chunk, len(prefix), self.pad_id))
@@ -140,12 +157,12 @@ class LocalJudge(StatsJudge):
                               past_key_values=chunk_cache, use_cache=True).last_hidden_state
                 self.stats.model_calls += 1
                 self.stats.tokens += sum(p.length for p in chunk)
-                probs = self._read(hidden[readout[:, 0], readout[:, 1]])
+                probs = read(hidden[readout[:, 0], readout[:, 1]])
                 k = 0
                 for pack in chunk:
                     shared = len(prefix) / n_verdicts + len(pack.response) / len(pack.suffixes)
-                    results[pack.index] = [Probability(p, m, round(shared + len(s)))
-                                           for (p, m), s in zip(probs[k:k + len(pack.suffixes)], pack.suffixes)]
+                    results[pack.index] = [make(*answer, round(shared + len(s)))
+                                           for answer, s in zip(probs[k:k + len(pack.suffixes)], pack.suffixes)]
                     k += len(pack.suffixes)
         return [results[p.index] for p in packs]
 
@@ -185,6 +202,73 @@ class LocalJudge(StatsJudge):
         p_met = torch.sigmoid(yes - no)
         mass = yes.exp() + no.exp()
         return [(float(p), float(m)) for p, m in zip(p_met, mass)]
+
+    # -- pairwise ------------------------------------------------------------------------------
+
+    async def compare(self, requests: Sequence[PairRequest]) -> list[list[Preference]]:
+        """One Preference per criterion of each request: the answer with the highest of P(A), P(B), P(tie)."""
+        return await asyncio.to_thread(self.compare_sync, requests)
+
+    def compare_sync(self, requests: Sequence[PairRequest]) -> list[list[Preference]]:
+        out: list[list[Preference]] = [[] for _ in requests]
+        groups: dict[tuple, list[int]] = {}
+        for i, req in enumerate(requests):
+            if req.criteria:
+                groups.setdefault(req.conversation, []).append(i)
+        for indices in groups.values():
+            group = [requests[i] for i in indices]
+            try:
+                found = self.pair_probabilities(group)
+            except Exception as exc:  # noqa: BLE001 - any failure becomes undecided preferences with a reason
+                found = [f"{type(exc).__name__}: {exc}"] * len(group)
+            for i, req, probs in zip(indices, group, found):
+                if isinstance(probs, str):
+                    out[i] = [Preference(c.id, None, reason=probs, judge_id=self.pair_judge_id) for c in req.criteria]
+                else:
+                    out[i] = [self._preference(c.id, p) for c, p in zip(req.criteria, probs)]
+        return out
+
+    def _preference(self, criterion_id: str, p: PairProbability) -> Preference:
+        winner = max(zip((p.p_a, p.p_b, p.p_tie), WINNERS), key=lambda x: x[0])[1]
+        return Preference(criterion_id, winner, p.p_a, p.p_b, p.p_tie, judge_id=self.pair_judge_id, tokens=p.tokens,
+                          reason=f"P(A)={p.p_a:.3f}, P(B)={p.p_b:.3f}, P(tie)={p.p_tie:.3f}, "
+                                 f"answer mass {p.answer_mass:.2f}")
+
+    def pair_probabilities(self, requests: Sequence[PairRequest]) -> list[list[PairProbability] | str]:
+        """Per request, one PairProbability per criterion (or an error string); one conversation, one
+        shared prefix pass, one packed row per request (both responses, then every criterion)."""
+        if len({r.conversation for r in requests}) > 1:
+            raise ValueError("pair_probabilities() takes requests that share one conversation")
+        if self._pair_ids is None:
+            self._pair_ids = pair_token_ids(self.tokenizer)
+        prefix, packs, out = None, [], [None] * len(requests)
+        for i, req in enumerate(requests):
+            if len(req.response_a) + len(req.response_b) > self.max_context * 16:
+                out[i] = "too_long: the two responses exceed the judge context"
+                continue
+            pieces = render_pair_pieces(self.tokenizer, req.conversation, req.response_a, req.response_b,
+                                        [c.text for c in req.criteria])
+            prefix = prefix or self._encode(pieces.head)
+            pack = _Pack(i, self._encode(pieces.response_part), [self._encode(s) for s in pieces.criterion_parts])
+            needed = len(prefix) + len(pack.response) + max(len(s) for s in pack.suffixes)
+            if needed > self.max_context:
+                out[i] = f"too_long: {needed} prompt tokens exceed the judge context of {self.max_context}"
+                continue
+            packs.append(pack)
+        if packs:
+            for pack, probs in zip(packs, self._shared_prefix(prefix, packs, self._read_pair, PairProbability)):
+                out[pack.index] = probs
+        return out
+
+    def _read_pair(self, hidden) -> list[tuple[float, float, float, float]]:
+        """(P(A), P(B), P(tie)) normalised over the three, and their total before normalising."""
+        import torch
+
+        logprobs = torch.log_softmax(self.model.get_output_embeddings()(hidden).float(), dim=-1)
+        answers = torch.stack([torch.logsumexp(logprobs[:, ids], dim=-1) for ids in self._pair_ids], dim=-1)
+        probs = torch.softmax(answers, dim=-1)
+        mass = answers.exp().sum(dim=-1)
+        return [(float(p[0]), float(p[1]), float(p[2]), float(m)) for p, m in zip(probs, mass)]
 
 
 def _tree_batch(packs: list[_Pack], offset: int, pad_id: int):

@@ -81,6 +81,11 @@ class DataConfig(BaseModel):
 class RewardConfig(BaseModel):
     model_config = _STRICT
     judge: str = Field("gate+exemplar+local", description="reward judge spec (docs/judges.md)")
+    mode: Literal["pointwise", "pairwise"] = Field("pointwise", description="pointwise: each completion's rubric "
+                                                   "score; pairwise: its criterion-weighted win rate against the "
+                                                   "other completions of its group (rewards/pairwise.py)")
+    pairwise_max_pairs: int | None = Field(None, ge=1, description="pairwise: at most this many pairs per group "
+                                                                   "(default: every pair, round robin)")
     error_policy: Literal["mask", "zero", "raise"] = "mask"
     soft: bool = Field(True, description="score model verdicts by p_met (expected points) instead of 0/1")
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -92,6 +97,19 @@ class RewardConfig(BaseModel):
     novelty_weight: float = Field(0.0, ge=0.0, description="λ: add λ · tactic novelty vs earlier assistant turns")
     novelty_mode: Literal["overlap", "kl"] = "overlap"
     tactic_classifier: str | None = Field(None, description="fitted tactic classifier dir (default: bundled)")
+
+    @model_validator(mode="after")
+    def _pairwise(self) -> RewardConfig:
+        if self.mode != "pairwise":
+            if self.pairwise_max_pairs is not None:
+                raise ValueError("pairwise_max_pairs applies only with reward.mode: pairwise")
+            return self
+        from rubricrl.judges.pairwise import pairwise_spec_problem
+
+        problem = pairwise_spec_problem(self.judge)
+        if problem:
+            raise ValueError(f"reward.mode pairwise: {problem}")
+        return self
 
 
 class EvalConfig(BaseModel):
@@ -195,6 +213,7 @@ class TrainConfig(BaseModel):
         if self.dialogue.enabled:
             clashes = [name for name, on in (("scaffold", self.scaffold.enabled), ("buffer", self.buffer.enabled),
                                              ("reward.structured", self.reward.structured),
+                                             ("reward.mode: pairwise", self.reward.mode == "pairwise"),
                                              ("reward.novelty_weight", self.reward.novelty_weight > 0)) if on]
             if clashes:
                 raise ValueError(f"dialogue training does not combine with {', '.join(clashes)} yet; turn them off")

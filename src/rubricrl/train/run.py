@@ -96,8 +96,18 @@ def run_training(config: TrainConfig, *, resume: bool = False, log=print, callba
                                            config.eval.max_new_tokens, log, "before")
 
     judged_span = "response" if config.reward.structured else None
-    rubric_reward = RubricReward(reward_judge, None, error_policy=config.reward.error_policy,
-                                 soft=config.reward.soft, judged_span=judged_span, rubrics=data.rubrics)
+    if config.reward.mode == "pairwise":
+        from rubricrl.judges.pairwise import PairwiseRubricJudge
+        from rubricrl.rewards.pairwise import PairwiseRubricReward
+
+        rubric_reward = PairwiseRubricReward(
+            PairwiseRubricJudge(reward_judge, soft=config.reward.soft), None,
+            num_generations=config.grpo_kwargs()["num_generations"], max_pairs=config.reward.pairwise_max_pairs,
+            seed=config.grpo_kwargs()["seed"], error_policy=config.reward.error_policy, judged_span=judged_span,
+            rubrics=data.rubrics)
+    else:
+        rubric_reward = RubricReward(reward_judge, None, error_policy=config.reward.error_policy,
+                                     soft=config.reward.soft, judged_span=judged_span, rubrics=data.rubrics)
     reward_funcs, weights = [rubric_reward], [1.0]
     if config.reward.structured:
         reward_funcs.append(FormatReward(STRUCTURED_SPANS))
