@@ -5,12 +5,17 @@ and of the supporter's previous turn, TF-IDF word 1-2-grams of the turn, a quest
 the length. One logistic regression per tactic (one-vs-rest), so a turn can carry several tactics;
 the predicted set is every tactic with p >= 0.5, and always the most likely one. Saved as JSON +
 npz (no pickle).
+
+A classifier fitted without contexts (no example had a person's message or a previous turn, as
+for the bundled one, fitted on a taxonomy's example turns) records that in `inputs` and is given
+the empty text there when it predicts, as in training: those columns carried no information, and
+the person's messages are then never embedded (over 40% of the encoder's work on ESConv's dialogues).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +27,9 @@ from rubricrl.core.jsonl import read_text
 from rubricrl.core.resources import data_path
 
 BUNDLED_DIR = data_path("tactics", "esconv8")
+CONTEXT_INPUTS = ("context", "previous")
+PROGRESS_CHUNK = 1024  # texts per encoder call when progress is reported (else one call for all)
+Progress = Callable[[int, int], None]  # (texts embedded, texts to embed)
 
 
 @dataclass(frozen=True)
@@ -34,9 +42,11 @@ class TurnExample:
 
 class TacticClassifier:
     def __init__(self, tactics: list[str], vocabulary: dict[str, int], idf: np.ndarray, coef: np.ndarray,
-                 intercept: np.ndarray, encoder: str = DEFAULT_ENCODER, taxonomy: str = ""):
+                 intercept: np.ndarray, encoder: str = DEFAULT_ENCODER, taxonomy: str = "",
+                 inputs: tuple[str, ...] = CONTEXT_INPUTS):
         self.tactics, self.vocabulary, self.idf = tactics, vocabulary, idf
         self.coef, self.intercept, self.encoder, self.taxonomy = coef, intercept, encoder, taxonomy
+        self.inputs = tuple(inputs)  # the context inputs it was fitted with (non-empty in some example)
 
     # -- features ------------------------------------------------------------------------------
 
@@ -53,13 +63,25 @@ class TacticClassifier:
         vec.idf_ = self.idf  # restores the fitted weights without pickle
         return vec.transform(texts)
 
-    def features(self, turns: Sequence[TurnExample], tfidf=None):
+    def embeddings(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        """Embeddings of `texts` from the shared encoder, each distinct text once, in one call that
+        the encoder batches; with `progress`, in chunks of PROGRESS_CHUNK, calling `progress(done, total)`."""
+        if progress is not None:
+            distinct = list(dict.fromkeys(texts))
+            for start in range(0, len(distinct), PROGRESS_CHUNK):
+                embed(distinct[start:start + PROGRESS_CHUNK], self.encoder)  # fills the encoder's cache
+                progress(min(start + PROGRESS_CHUNK, len(distinct)), len(distinct))
+        return embed(texts, self.encoder)  # encodes what is not cached yet, in batches
+
+    def features(self, turns: Sequence[TurnExample], tfidf=None, progress: Progress | None = None):
         require("sklearn", extra="local", feature="tactic classifier")
         from scipy.sparse import csr_matrix, hstack
 
-        texts = [t.text for t in turns]
-        dense = np.hstack([embed(texts, self.encoder), 0.5 * embed([t.context for t in turns], self.encoder),
-                           0.5 * embed([t.previous for t in turns], self.encoder),
+        texts, n = [t.text for t in turns], len(turns)
+        context = [t.context if "context" in self.inputs else "" for t in turns]
+        previous = [t.previous if "previous" in self.inputs else "" for t in turns]
+        vectors = self.embeddings(texts + context + previous, progress)
+        dense = np.hstack([vectors[:n], 0.5 * vectors[n:2 * n], 0.5 * vectors[2 * n:],
                            np.array([[("?" in t) * 1.0, len(t.split()) / 30] for t in texts])])
         sparse = tfidf.transform(texts) if tfidf is not None else self._tfidf(texts)
         return hstack([csr_matrix(dense), sparse]).tocsr()
@@ -73,8 +95,9 @@ class TacticClassifier:
         from sklearn.linear_model import LogisticRegression
 
         tfidf = cls._tfidf_fit([e.text for e in examples])
+        inputs = tuple(k for k in CONTEXT_INPUTS if any(getattr(e, k) for e in examples))
         model = cls(tactics, {k: int(v) for k, v in tfidf.vocabulary_.items()}, tfidf.idf_, np.zeros(0),
-                    np.zeros(0), encoder, taxonomy)
+                    np.zeros(0), encoder, taxonomy, inputs)
         X = model.features(examples, tfidf)
         coefs, intercepts = [], []
         for tactic in tactics:
@@ -88,11 +111,12 @@ class TacticClassifier:
         model.coef, model.intercept = np.array(coefs, dtype=np.float32), np.array(intercepts, dtype=np.float32)
         return model
 
-    def probabilities(self, turns: Sequence[TurnExample]) -> np.ndarray:
-        """(turns, tactics) matrix of independent per-tactic probabilities."""
+    def probabilities(self, turns: Sequence[TurnExample], progress: Progress | None = None) -> np.ndarray:
+        """(turns, tactics) matrix of independent per-tactic probabilities. Give all turns at once:
+        their embeddings are then computed in batches (see `embeddings`)."""
         if not turns:
             return np.zeros((0, len(self.tactics)))
-        scores = self.features(turns) @ self.coef.T + self.intercept
+        scores = self.features(turns, progress=progress) @ self.coef.T + self.intercept
         return 1.0 / (1.0 + np.exp(-np.asarray(scores)))
 
     def predict(self, turns: Sequence[TurnExample], threshold: float = 0.5) -> list[set[str]]:
@@ -109,7 +133,7 @@ class TacticClassifier:
         np.savez_compressed(directory / "weights.npz", coef=self.coef, intercept=self.intercept, idf=self.idf)
         (directory / "classifier.json").write_text(json.dumps(
             {"format": 1, "encoder": self.encoder, "taxonomy": self.taxonomy, "tactics": self.tactics,
-             "vocabulary": self.vocabulary}, ensure_ascii=False), encoding="utf-8")
+             "inputs": list(self.inputs), "vocabulary": self.vocabulary}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path | None = None) -> TacticClassifier:
@@ -120,7 +144,7 @@ class TacticClassifier:
         meta = json.loads(read_text(meta_path))
         arrays = np.load(directory / "weights.npz", allow_pickle=False)
         return cls(meta["tactics"], meta["vocabulary"], arrays["idf"], arrays["coef"], arrays["intercept"],
-                   meta["encoder"], meta.get("taxonomy", ""))
+                   meta["encoder"], meta.get("taxonomy", ""), tuple(meta.get("inputs", CONTEXT_INPUTS)))
 
 
 def cross_validate(examples: Sequence[TurnExample], tactics: list[str], folds: int = 5, seed: int = 0,

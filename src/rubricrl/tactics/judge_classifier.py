@@ -25,12 +25,15 @@ class JudgeTacticClassifier:
             Criterion(id=f"t{i}", text=f"The reply uses this tactic: {t.name}. {t.description}".strip())
             for i, t in enumerate(taxonomy.tactics))
 
-    def probabilities(self, turns: Sequence[TurnExample]) -> np.ndarray:
-        """P(tactic) per turn. Error or skipped verdicts (a failing judge, or `rules`, which cannot
-        decide them) raise instead of being read as 'no tactic'."""
+    def probabilities(self, turns: Sequence[TurnExample], progress=None) -> np.ndarray:
+        """P(tactic) per turn, all turns in one judge call (`progress(done, total)` once, at the end).
+        Error or skipped verdicts (a failing judge, or `rules`, which cannot decide them) raise
+        instead of being read as 'no tactic'."""
         requests = [JudgeRequest(as_conversation(t.context or "(start of conversation)"), t.text, self.criteria)
                     for t in turns]
         answers = asyncio.run(self.judge.judge(requests)) if requests else []
+        if progress is not None:
+            progress(len(turns), len(turns))
         if any(v.status is Status.SKIPPED for row in answers for v in row):
             raise ValueError(f"judge {self.judge.judge_id!r} did not decide the tactic criteria (skipped); "
                              "use a model judge such as local:MODEL")

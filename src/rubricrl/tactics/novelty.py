@@ -60,13 +60,16 @@ class NoveltyReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
         histories = [p if isinstance(p, list) else [{"role": "user", "content": str(p)}] for p in prompts]
-        out = []
+        groups = []
         for history, completion in zip(histories, completions):
             earlier = supporter_turns(history)
             last_user = next((m["content"] for m in reversed(history) if m.get("role") == "user"), "")
-            current = TurnExample(completion_text(completion), frozenset(), last_user,
-                                  earlier[-1].text if earlier else "")
-            probs = self.classifier.probabilities(earlier + [current])
+            groups.append(earlier + [TurnExample(completion_text(completion), frozenset(), last_user,
+                                                 earlier[-1].text if earlier else "")])
+        every = self.classifier.probabilities([t for group in groups for t in group])  # one batched call
+        out, start = [], 0
+        for group in groups:
+            probs, start = every[start:start + len(group)], start + len(group)
             if self.mode == "kl":
                 out.append(kl_novelty(probs[-1], list(probs[:-1])))
             else:
