@@ -6,6 +6,8 @@ Modes, all in [0, 1], with d_t the emotion change after supporter turn t (t = 0.
 - `mixed`: (1 - alpha) * step + alpha * G, with G = sum_t gamma^t r_t / sum_t gamma^t the discounted
   return of the per-turn rewards, normalised so it stays in [0, 1].
 A conversation that ended in an error gets None (TRL masks it) and is counted, never a silent 0.
+Both rewards keep their last call's scalars (`last_rewards`) and per-turn scores (`last_turn_scores`)
+for utterance-level credit (dialogue/credit.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from rubricrl.dialogue.credit import turn_attribution
 from rubricrl.dialogue.rollout import Transcript
 
 RewardMode = Literal["final", "step", "mixed"]
@@ -63,6 +66,8 @@ class EmotionReward:
         self.__name__ = name
         self.totals: Counter = Counter()
         self.last_records: list[dict] = []
+        self.last_rewards: list[float | None] = []
+        self.last_turn_scores: list[list[float] | None] = []  # each turn's emotion change mapped to [0, 1]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float | None]:
         transcripts = columns.get("transcript")
@@ -72,6 +77,8 @@ class EmotionReward:
         parsed = [t if isinstance(t, Transcript) else Transcript.model_validate(t) for t in transcripts]
         rewards = [emotion_reward(t, self.mode, max_change=self.max_change, alpha=self.alpha, gamma=self.gamma)
                    for t in parsed]
+        self.last_rewards = rewards
+        self.last_turn_scores = [turn_attribution(t, self.max_change) for t in parsed]
         self.totals["conversations"] += len(parsed)
         self.totals["errors"] += sum(t.end_reason == "error" for t in parsed)
         self.last_records = [{"trajectory_id": t.trajectory_id, "persona": t.persona_id, "reward": r,
@@ -100,6 +107,9 @@ class DialogueRubricReward:
         self.judge, self.rubric, self.per, self.soft = judge, rubric, per, soft
         self.__name__ = name
         self.totals: Counter = Counter()
+        self.last_rewards: list[float | None] = []
+        # per turn: that turn's rubric score (`turn` only; `conversation` has no per-turn view: None)
+        self.last_turn_scores: list[list[float] | None] | None = [] if per == "turn" else None
 
     def requests(self, transcript: Transcript) -> list:
         from rubricrl.core.messages import as_conversation
@@ -130,14 +140,21 @@ class DialogueRubricReward:
         per_transcript = [self.requests(t) if t.end_reason != "error" else [] for t in parsed]
         flat = [r for rs in per_transcript for r in rs]
         answers = asyncio.run(self.judge.judge(flat)) if flat else []
-        rewards, k = [], 0
+        rewards, per_turn, k = [], [], 0
         for requests in per_transcript:
             verdict_sets, k = answers[k:k + len(requests)], k + len(requests)
             if not requests or any(v.status is Status.ERROR for vs in verdict_sets for v in vs):
                 self.totals["masked"] += 1
                 rewards.append(None)
+                per_turn.append(None)
                 continue
-            scores = [score_row(self.rubric, vs, soft=self.soft).score for vs in verdict_sets]
-            scores = [s for s in scores if s is not None]
-            rewards.append(sum(scores) / len(scores) if scores else None)
+            all_scores = [score_row(self.rubric, vs, soft=self.soft).score for vs in verdict_sets]
+            scores = [s for s in all_scores if s is not None]
+            mean = sum(scores) / len(scores) if scores else None
+            rewards.append(mean)
+            # a turn without a score (nothing applicable) gets the conversation's mean
+            per_turn.append(None if mean is None else [mean if s is None else s for s in all_scores])
+        self.last_rewards = rewards
+        if self.per == "turn":
+            self.last_turn_scores = per_turn
         return rewards

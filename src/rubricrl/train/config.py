@@ -151,6 +151,9 @@ class ScaffoldConfig(BaseModel):
     max_hints: int = Field(3, ge=1)
 
 
+DEFAULT_CREDIT_ALPHA = 0.5  # dialogue.credit turn: weight of the episode reward in a turn's reward
+
+
 class DialogueConfig(BaseModel):
     """Multi-turn GRPO against simulated users (docs/dialogue.md)."""
 
@@ -170,6 +173,20 @@ class DialogueConfig(BaseModel):
     rubric_per: Literal["turn", "conversation"] | None = Field(None, description="add a rubric reward per turn "
                                                                                    "or per conversation")
     rubric_weight: float = Field(0.5, ge=0.0)
+    credit: Literal["episode", "turn"] = Field("episode", description="episode: one reward and advantage per "
+                                               "conversation; turn: each supporter turn its own (dialogue/credit.py)")
+    credit_alpha: float | None = Field(None, ge=0.0, le=1.0, description="credit turn: r_t = alpha * episode reward "
+                                       "+ (1 - alpha) * the turn's attribution (default 0.5)")
+
+    @model_validator(mode="after")
+    def _credit(self) -> DialogueConfig:
+        if self.credit_alpha is not None and self.credit != "turn":
+            raise ValueError("credit_alpha applies only with dialogue.credit: turn")
+        return self
+
+    @property
+    def credit_alpha_or_default(self) -> float:
+        return DEFAULT_CREDIT_ALPHA if self.credit_alpha is None else self.credit_alpha
 
 
 class TrainConfig(BaseModel):
@@ -217,6 +234,12 @@ class TrainConfig(BaseModel):
                                              ("reward.novelty_weight", self.reward.novelty_weight > 0)) if on]
             if clashes:
                 raise ValueError(f"dialogue training does not combine with {', '.join(clashes)} yet; turn them off")
+        if self.dialogue.credit == "turn":
+            if not self.dialogue.enabled:
+                raise ValueError("dialogue.credit: turn applies only to dialogue training (dialogue.enabled: true)")
+            if grpo.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+                raise ValueError("dialogue.credit: turn combines the weighted rewards before normalising; it needs "
+                                 "grpo.multi_objective_aggregation: sum_then_normalize")
         return self
 
     def grpo_kwargs(self) -> dict[str, Any]:

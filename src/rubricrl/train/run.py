@@ -202,6 +202,7 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
     from datasets import Dataset
 
     from rubricrl.llm.chat import make_chat_model
+    from rubricrl.dialogue.credit import TurnCredit
     from rubricrl.dialogue.grpo import DialogueRollout, opening_prompt
     from rubricrl.dialogue.persona import load_personas
     from rubricrl.dialogue.rewards import DialogueRubricReward, EmotionReward
@@ -216,7 +217,8 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
     personas = loaded.personas[: d.limit] if d.limit else loaded.personas
     if not personas:
         raise ValueError(f"dialogue.personas {d.personas}: no usable persona")
-    log(f"dialogue: {len(personas)} personas, user model {d.user_model}, {d.max_turns} turns, reward {d.reward_mode}")
+    log(f"dialogue: {len(personas)} personas, user model {d.user_model}, {d.max_turns} turns, reward {d.reward_mode}"
+        + (f", credit per turn (alpha {d.credit_alpha_or_default:g})" if d.credit == "turn" else ""))
     settings = UserSettings(start_emotion=d.start_emotion, max_change=d.max_change, max_turns=d.max_turns)
     user = SimulatedUser(make_chat_model(d.user_model), settings)
     emotion = EmotionReward(d.reward_mode, max_change=d.max_change, alpha=d.alpha, gamma=d.gamma)
@@ -229,16 +231,21 @@ def _run_dialogue_training(config: TrainConfig, run_dir: Path, resume: bool, log
     args = _grpo_args(config, run_dir, weights)
     model, tokenizer = load_policy(config.model)
     rollout = DialogueRollout(personas, user, max_new_tokens=d.max_new_tokens, seed=args.seed)
+    credit = None
+    if d.credit == "turn":  # the weights TRL sums the rewards with (grpo.reward_weights may override ours)
+        credit = TurnCredit(reward_funcs, list(args.reward_weights or [1.0] * len(reward_funcs)),
+                            d.credit_alpha_or_default)
     trainer = RubricGRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=args, processing_class=tokenizer,
         train_dataset=Dataset.from_list([{"prompt": opening_prompt(p), "persona_id": p.id} for p in personas]),
-        peft_config=_peft_config(config), callbacks=[RunFilesCallback(run_dir, emotion)], rollout_func=rollout)
+        peft_config=_peft_config(config), callbacks=[RunFilesCallback(run_dir, emotion)], rollout_func=rollout,
+        turn_credit=credit)
     _compact_console(trainer, log, args.per_device_train_batch_size, reward_name=emotion.__name__)
     checkpoint = resume and any((run_dir / "checkpoints").glob("checkpoint-*"))
     log(f"training: {args.max_steps} multi-turn GRPO steps, {args.num_generations} conversations per persona")
     trainer.train(resume_from_checkpoint=True if checkpoint else None)
     trainer.save_model(str(run_dir / "final"))
-    summary = {"run_dir": str(run_dir), "model": config.model, "dialogue": True,
+    summary = {"run_dir": str(run_dir), "model": config.model, "dialogue": True, "credit": d.credit,
                "reward_totals": dict(emotion.totals), "steps": trainer.state.global_step,
                "seconds": round(time.time() - started, 1),
                "evaluate_with": f"rubricrl simulate --policy local:{run_dir / 'final'} --out {run_dir / 'simulate'}"}

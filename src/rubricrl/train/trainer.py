@@ -1,6 +1,7 @@
-"""TRL's GRPOTrainer with two rubricrl additions hooked around its batch builder: rubric
-scaffolding (hints in rollout prompts) and the Selective Sample Buffer. Everything else —
-generation, advantages, loss, optimisation, checkpoints — is TRL's own."""
+"""TRL's GRPOTrainer with three rubricrl additions hooked around its batch builder: rubric
+scaffolding (hints in rollout prompts), the Selective Sample Buffer, and utterance-level credit
+for dialogue rollouts (per-token advantages, one per policy turn). Everything else — generation,
+the loss, optimisation, checkpoints — is TRL's own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from rubricrl.core.jsonl import append_lines
+from rubricrl.dialogue.credit import TurnCredit, token_advantages
 from rubricrl.rubrics.model import Rubric
 from rubricrl.train.buffer import SelectiveSampleBuffer
 from rubricrl.train.config import ScaffoldConfig
@@ -21,19 +23,46 @@ from rubricrl.train.scaffold import draw, hint_probability, hint_text, with_hint
 
 class RubricGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, scaffold: ScaffoldConfig | None = None, rubrics: dict[str, Rubric] | None = None,
-                 sample_buffer: SelectiveSampleBuffer | None = None, **kwargs):
+                 sample_buffer: SelectiveSampleBuffer | None = None, turn_credit: TurnCredit | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.scaffold = scaffold if scaffold and scaffold.enabled else None
         self.rubric_table = rubrics or {}
         self.sample_buffer = sample_buffer
+        self.turn_credit = turn_credit
+        if turn_credit is not None:
+            if not hasattr(self.rollout_func, "last_transcripts"):
+                raise ValueError("turn credit needs the dialogue rollout (rollout_func=DialogueRollout(...))")
+            if self.accelerator.num_processes > 1:
+                # TRL spreads a group's rows over processes and gathers their rewards; the per-turn
+                # rewards are computed from this process's conversations only
+                raise ValueError("dialogue.credit: turn runs in one process only; use credit: episode with "
+                                 f"{self.accelerator.num_processes} processes")
 
     def _generate_and_score_completions(self, inputs):
         inputs = self._with_scaffold(inputs)
         batch = super()._generate_and_score_completions(inputs)
+        if self.turn_credit is not None:
+            batch = self._with_turn_credit(batch)
         if self.sample_buffer is not None and self.model.training:
             batch, metrics = self.sample_buffer.process(batch)
             for name, value in metrics.items():
                 self._metrics["train"][name].append(value)
+        return batch
+
+    def _with_turn_credit(self, batch: dict) -> dict:
+        """Replace TRL's one advantage per conversation by one per policy turn, on that turn's
+        tokens ((B, T) advantages, which TRL's loss accepts as they are)."""
+        import torch
+
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        result = self.turn_credit.compute(self.rollout_func.last_transcripts, group, self.scale_rewards)
+        mask = batch["completion_mask"] * batch["tool_mask"]  # 1 exactly on the policy's own tokens
+        advantages = batch["advantages"]
+        batch["advantages"] = torch.tensor(token_advantages(mask.tolist(), result.advantages),
+                                           dtype=advantages.dtype, device=advantages.device)
+        for name, value in result.metrics().items():
+            self._metrics[mode][name].append(value)
         return batch
 
     def _with_scaffold(self, inputs: list[dict]) -> list[dict]:
