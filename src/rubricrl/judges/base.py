@@ -49,6 +49,16 @@ class JudgeStats:
                 key = v.reason.split(":", 1)[0][:80]
                 self.error_reasons[key] = self.error_reasons.get(key, 0) + 1
 
+    def add_spend(self, members: Sequence) -> JudgeStats:
+        """Add the members' model calls, tokens, retries and cost (judges made of judges: ensembles,
+        critic mode); returns self."""
+        for m in members:
+            self.model_calls += m.stats.model_calls
+            self.tokens += m.stats.tokens
+            self.retries += m.stats.retries
+            self.cost += m.stats.cost
+        return self
+
     def snapshot(self) -> JudgeStats:
         """A copy that later judging does not change."""
         return replace(self, error_reasons=dict(self.error_reasons))

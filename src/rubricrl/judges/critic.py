@@ -203,12 +203,7 @@ class CriticJudge:
         own = self._own
         total = JudgeStats(verdicts=own.verdicts, errors=own.errors, error_reasons=dict(own.error_reasons),
                            verified=own.verified, unverified=own.unverified, confirmed=own.confirmed)
-        for m in (self.critic, self.verifier):
-            total.model_calls += m.stats.model_calls
-            total.tokens += m.stats.tokens
-            total.retries += m.stats.retries
-            total.cost += m.stats.cost
-        return total
+        return total.add_spend((self.critic, self.verifier))
 
     def report(self) -> JudgeReport:
         parts = {"critic": self.critic.report(), "verifier": self.verifier.report()}

@@ -38,12 +38,7 @@ class EnsembleJudge:
         """The members' model calls, tokens, retries and cost; verdicts and errors of the ensemble."""
         total = JudgeStats(verdicts=self._own.verdicts, errors=self._own.errors,
                            error_reasons=dict(self._own.error_reasons))
-        for m in self.members:
-            total.model_calls += m.stats.model_calls
-            total.tokens += m.stats.tokens
-            total.retries += m.stats.retries
-            total.cost += m.stats.cost
-        return total
+        return total.add_spend(self.members)
 
     def report(self) -> JudgeReport:
         """`stats` as above; the members' caches added up and their endpoints; each member's report

@@ -48,6 +48,20 @@ class SampleRecord(TypedDict):
     verdicts: list[dict]  # Verdict.model_dump(mode="json") per criterion
 
 
+def unique_requests(conversations: Sequence, texts: Sequence[str | None], rubrics: Sequence) \
+        -> tuple[list[JudgeRequest], dict[tuple, int]]:
+    """One judge request per distinct (conversation, text, rubric); `texts` None (nothing to judge) are
+    left out. Returns the requests and (conversation, text, rubric hash) -> request index."""
+    unique: dict[tuple, int] = {}
+    requests: list[JudgeRequest] = []
+    for conv, text, rubric in zip(conversations, texts, rubrics):
+        key = (conv, text, rubric.content_hash())
+        if text is not None and key not in unique:
+            unique[key] = len(requests)
+            requests.append(JudgeRequest(conv, text, rubric.criteria))
+    return requests, unique
+
+
 class RubricReward:
     """Judge each completion against its row's rubric (column `rubric`) or a shared rubric.
 
@@ -79,13 +93,7 @@ class RubricReward:
         conversations = [_conversation(p) for p in columns.get("original_prompt") or prompts]
         texts = [completion_text(c) for c in completions]
         judged = [self._judged_text(t) for t in texts]
-        unique: dict[tuple, int] = {}
-        requests: list[JudgeRequest] = []
-        for conv, text, rubric in zip(conversations, judged, rubrics):
-            key = (conv, text, rubric.content_hash())
-            if text is not None and key not in unique:
-                unique[key] = len(requests)
-                requests.append(JudgeRequest(conv, text, rubric.criteria))
+        requests, unique = unique_requests(conversations, judged, rubrics)
         before = self.judge.report()
         answers = _run(self.judge.judge(requests)) if requests else []
         rewards: list[float | None] = []

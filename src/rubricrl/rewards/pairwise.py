@@ -32,10 +32,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rubricrl.core.verdicts import Status, Verdict
-from rubricrl.judges.base import JudgeRequest
 from rubricrl.judges.pairwise import PairItem, PairwiseRubricJudge, Preference
 from rubricrl.rewards.functions import (ErrorPolicy, JudgeFailure, RubricReward, SampleRecord, _conversation,
-                                        _log_judge_spend, _log_metrics, _run, completion_text)
+                                        _log_judge_spend, _log_metrics, _run, completion_text, unique_requests)
 from rubricrl.rubrics.model import Criterion, Rubric
 from rubricrl.scoring.formulas import failed_hard_rules
 
@@ -114,13 +113,7 @@ class PairwiseRubricReward(RubricReward):
         groups = self._groups([(conv, r.content_hash()) for conv, r in zip(conversations, rubrics)])
         before, pair_before = self.judge.report(), self.pairwise.pair_stats.snapshot()
 
-        unique: dict[tuple, int] = {}
-        requests: list[JudgeRequest] = []
-        for conv, text, rubric in zip(conversations, judged, rubrics):
-            key = (conv, text, rubric.content_hash())
-            if text is not None and key not in unique:
-                unique[key] = len(requests)
-                requests.append(JudgeRequest(conv, text, rubric.criteria))
+        requests, unique = unique_requests(conversations, judged, rubrics)
         answers = _run(self.pairwise.pointwise(requests)) if requests else []
         verdicts: list[list[Verdict]] = []
         state: list[str] = []  # "ok", "gated" (hard rule or format) or "out" (error policy)
