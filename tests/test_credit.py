@@ -356,6 +356,7 @@ def test_turn_credit_training_run(tmp_path_factory, llama_url):
             expected = [0.5 * s["final_emotion"] / 100 + 0.5 * ((b - a) / 20 + 0.5)
                         for a, b in zip(emotions, emotions[1:])]
             assert s["turn_rewards"] == pytest.approx(expected)
-        assert not list(run_dir.glob("checkpoints/checkpoint-*"))
+        # transformers' Trainer saves a checkpoint at the last step whatever save_steps says
+        assert [c.name for c in run_dir.glob("checkpoints/checkpoint-*")] == ["checkpoint-2"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the final model is large; a small CI disk runs out

@@ -29,9 +29,9 @@ TINY = {
     "grpo": {"max_steps": 2, "max_completion_length": 24, "per_device_train_batch_size": 4, "num_generations": 2,
              "save_steps": 1000, "learning_rate": 1e-4},
 }
-# A checkpoint of the 135M model with its optimizer state is about 1.6 GB: only the resume test
-# writes one (save_steps 1), and every run directory is removed when its test or module is done,
-# so the suite fits on a small CI disk.
+# A checkpoint of the 135M model with its optimizer state is about 1.6 GB: save_steps 1000 leaves only
+# the one transformers' Trainer writes at the last step (the resume test also needs save_steps 1), and
+# every run directory is removed when its test or module is done, so the suite fits on a small CI disk.
 
 
 def tiny_config(tmp_path: Path, name: str, **sections) -> Path:
