@@ -149,7 +149,7 @@ def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
     for name in {i["rubric"] for i in items}:
         weights.update({c.id: c.weight for c in load_rubric(bundled_rubric_path(name)).criteria if c.check is None})
     per: dict[str, dict] = {}
-    bad_met = bad_total = errors = 0
+    bad_met = bad_false = bad_total = errors = 0
     for cid, weight in sorted(weights.items()):
         scores, truth, correct, decided = [], [], 0, 0
         for item in items:
@@ -171,6 +171,7 @@ def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
             if weight > 0 and (not item_labels["coherent"] or item_labels["deflects"]):
                 bad_total += 1
                 bad_met += status == "met"
+                bad_false += status == "met" and not label
         per[cid] = {"weight": weight, "n": len(truth), "positives": sum(truth), "auc": auc(scores, truth),
                     "accuracy": correct / decided if decided else None}
     aucs = [c["auc"] for c in per.values() if c["auc"] is not None]
@@ -181,7 +182,10 @@ def measure(spec: str, items: list[dict], labels: dict[str, dict]) -> dict:
     return {"judge": spec, "seconds": round(seconds, 1), "errors": errors, "criteria": per,
             "mean_auc": sum(aucs) / len(aucs) if aucs else None,
             "mean_auc_solid": sum(solid) / len(solid) if solid else None, "solid_criteria": len(solid),
-            "positive_met_on_bad": bad_met / bad_total if bad_total else None, "bad_pairs": bad_total}
+            "positive_met_on_bad": bad_met / bad_total if bad_total else None, "bad_pairs": bad_total,
+            # the same share counting only the calls the labels contradict (a perfect judge scores 0 here,
+            # but the literal share of the labels above, about 5%, on positive_met_on_bad)
+            "false_met_on_bad": bad_false / bad_total if bad_total else None}
 
 
 def describe_gold(items: list[dict], labels: dict[str, dict]) -> None:
@@ -284,7 +288,9 @@ def main() -> None:
         print(f"\njudge {spec}: mean AUC {fmt(r['mean_auc'], 3)} ({fmt(r['mean_auc_solid'], 3)} over the "
               f"{r['solid_criteria']} criteria with >= {MIN_CLASS} of each class); positive criteria met on "
               f"{fmt(100 * r['positive_met_on_bad'] if r['positive_met_on_bad'] is not None else None, 1)}% of "
-              f"{r['bad_pairs']} (incoherent or deflecting reply, positive criterion) pairs; {r['errors']} errors; "
+              f"{r['bad_pairs']} (incoherent or deflecting reply, positive criterion) pairs "
+              f"({fmt(100 * r['false_met_on_bad'] if r['false_met_on_bad'] is not None else None, 1)}% against the "
+              f"labels); {r['errors']} errors; "
               f"{r['seconds']} s")
         print(f"  {'criterion':28} {'w':>3} {'n':>4} {'pos':>4} {'AUC':>6} {'acc':>5}")
         for cid, c in r["criteria"].items():

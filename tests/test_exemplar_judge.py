@@ -55,6 +55,27 @@ def test_fit_separable_signal(fitted):
     assert warnings == []
 
 
+def test_threshold_rules(fitted, tmp_path):
+    """The default decides at p_met >= 0.5 on the calibrated probability and says so in the manifest;
+    `balanced` keeps the threshold of the best out-of-fold balanced accuracy; anything else is refused."""
+    out, reports, _ = fitted
+    manifest = json.loads((out / "manifest.json").read_text())
+    [model] = manifest["criteria"].values()
+    assert reports["apologises"].threshold == 0.5 and model["threshold"] == 0.5
+    assert model["metrics"]["threshold_rule"] == "calibrated"
+    # 3 of 8 met, so a balanced threshold sits far from 0.5 while the calibrated rule stays there
+    examples = {"apologises": [(t, True) for t in APOLOGY[:3]] + [(t, False) for t in OTHER[:8]] +
+                [(APOLOGY[5], False), (OTHER[9], True)]}
+    calibrated, balanced = tmp_path / "c", tmp_path / "b"
+    [c] = fit_exemplars(RUBRIC, examples, calibrated, min_per_class=3, folds=3)
+    [b] = fit_exemplars(RUBRIC, examples, balanced, min_per_class=3, folds=3, threshold_rule="balanced")
+    assert c.threshold == 0.5 and b.threshold != 0.5
+    assert b.balanced_accuracy >= c.balanced_accuracy  # the balanced rule maximises exactly this figure
+    assert c.auc == b.auc  # the rule changes the decision, never the model
+    with pytest.raises(ValueError, match="threshold rule 'f1': use one of calibrated, balanced"):
+        fit_exemplars(RUBRIC, examples, tmp_path / "x", threshold_rule="f1")
+
+
 def test_too_few_examples_fall_back_with_a_warning(fitted):
     out, reports, _ = fitted
     r = reports["rare"]
@@ -180,6 +201,13 @@ def test_cli_fit_then_score_with_the_fitted_judge(tmp_path):
     assert result.exit_code == 0, result.output
     assert "fitted 1 of 2" in result.output and "apologises" in result.output
     assert "rare: needs >= 8 examples of each class" in result.output
+    assert json.loads((out / "manifest.json").read_text())["criteria"].popitem()[1]["threshold"] == 0.5
+    balanced = runner.invoke(app, ["judge", "fit", "--rubric", str(rubric), "--out", str(tmp_path / "bal"),
+                                   "--folds", "3", "--threshold-rule", "balanced"])
+    assert balanced.exit_code == 0, balanced.output
+    bad = runner.invoke(app, ["judge", "fit", "--rubric", str(rubric), "--out", str(tmp_path / "bad"),
+                              "--threshold-rule", "f1"])
+    assert bad.exit_code == 2 and "f1" in bad.output
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "a", "prompt": "I failed.", "response": "I'm so sorry, that hurts."}) + "\n")
     scored = tmp_path / "scored.jsonl"

@@ -4,6 +4,7 @@ thresholds on its p_met (calibrate), probe it with responses that should meet no
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,6 +19,13 @@ from rubricrl.core.problems import RubricError
 from rubricrl.rubrics.loading import load_rubric
 
 
+class ThresholdRule(str, Enum):
+    """judge_tools.fit.THRESHOLD_RULES"""
+
+    calibrated = "calibrated"
+    balanced = "balanced"
+
+
 def judge_fit(
     rubric: Annotated[Path, rubric_option("Rubric file (bundled name or path); criteria may carry `examples`.")],
     out: Annotated[Path, typer.Option(help="Directory for the fitted exemplar judge.")],
@@ -25,6 +33,10 @@ def judge_fit(
                                                                "(repeatable).")] = None,
     min_examples: Annotated[int, typer.Option(min=2, help="Examples needed of each class to fit a criterion.")] = 8,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
+    threshold_rule: Annotated[ThresholdRule, typer.Option(
+        help="How p_met becomes met/unmet: `calibrated` decides at p_met >= 0.5 (right most often); `balanced` "
+             "picks the threshold with the best out-of-fold balanced accuracy (calls a rare class far more "
+             "often).")] = ThresholdRule.calibrated,
 ):
     """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples."""
     from rubricrl.judge_tools.fit import collect_examples, fit_exemplars
@@ -40,7 +52,8 @@ def judge_fit(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot read: {exc}")
-    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds)
+    reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds,
+                            threshold_rule=threshold_rule.value)
     table = Table(title=f"exemplar judge fit ({folds}-fold cross-validation)")
     for col in ("criterion", "met", "unmet", "status", "CV AUC", "balanced acc", "threshold"):
         table.add_column(col)

@@ -1,6 +1,8 @@
 """Fit exemplar-judge models: labeled examples per criterion -> logistic regression on sentence
-embeddings of the response, cross-validated (AUC, balanced accuracy), Platt-calibrated, with a threshold chosen
-on out-of-fold predictions. Too few examples, contradictory labels or text the encoder does not
+embeddings of the response, cross-validated (AUC, balanced accuracy), Platt-calibrated, and decided at a
+threshold (THRESHOLD_RULES): by default p_met >= 0.5 on the calibrated probability, the decision that is
+right most often at the training examples' class balance; `balanced` picks the threshold with the highest
+balanced accuracy on out-of-fold predictions instead, which calls a rare class far more often. Too few examples, contradictory labels or text the encoder does not
 cover are reported, never turned into a silently useless model."""
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from rubricrl.core.problems import Problem, RubricError
 from rubricrl.rubrics.model import Rubric
 
 MIN_PER_CLASS = 8
+# How a fitted model turns p_met into met/unmet. `calibrated` (default): p_met >= 0.5. `balanced`: the
+# threshold with the highest out-of-fold balanced accuracy. On the on-policy gold set the balanced rule put
+# thresholds between 0.04 and 0.41 (the met class is rare) and called positive criteria met on 11% of
+# incoherent or deflecting replies, against 5.7% at 0.5 (docs/benchmarks.md, issue 15).
+THRESHOLD_RULES = ("calibrated", "balanced")
 
 
 @dataclass
@@ -80,8 +87,11 @@ def collect_examples(rubric: Rubric, labels: Path | Sequence[Path] | None = None
 
 def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], out_dir: Path, *,
                   min_per_class: int = MIN_PER_CLASS, folds: int = 5, seed: int = 0,
-                  encoder: str = DEFAULT_ENCODER) -> list[FitReport]:
-    """Fit and save one model per criterion with enough examples; report every criterion."""
+                  encoder: str = DEFAULT_ENCODER, threshold_rule: str = "calibrated") -> list[FitReport]:
+    """Fit and save one model per criterion with enough examples; report every criterion. `threshold_rule`
+    is one of THRESHOLD_RULES."""
+    if threshold_rule not in THRESHOLD_RULES:
+        raise ValueError(f"threshold rule {threshold_rule!r}: use one of {', '.join(THRESHOLD_RULES)}")
     reports, models = [], {}
     for c in rubric.criteria:
         if c.id not in examples:
@@ -100,17 +110,18 @@ def fit_exemplars(rubric: Rubric, examples: dict[str, list[tuple[str, bool]]], o
                                    "this model may be useless")
         vectors = embed(texts, encoder)
         labels = np.array([label for _, label in items], dtype=bool)
-        models[criterion_key(c.text)] = _fit_one(c.id, c.text, texts, vectors, labels, folds, seed, report)
+        models[criterion_key(c.text)] = _fit_one(c.id, c.text, texts, vectors, labels, folds, seed, report,
+                                                 threshold_rule)
         report.status = "fitted"
     save_models(out_dir, models, encoder)
     return reports
 
 
 def _fit_one(cid: str, text: str, texts: list[str], X: np.ndarray, y: np.ndarray, folds: int, seed: int,
-             report: FitReport) -> CriterionModel:
+             report: FitReport, threshold_rule: str = "calibrated") -> CriterionModel:
     require("sklearn", extra="local", feature="exemplar fitting")
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import balanced_accuracy_score, roc_auc_score
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
     def classifier():
@@ -123,11 +134,15 @@ def _fit_one(cid: str, text: str, texts: list[str], X: np.ndarray, y: np.ndarray
     a, b = float(platt.coef_[0, 0]), float(platt.intercept_[0])
     calibrated = 1.0 / (1.0 + np.exp(-(a * scores + b)))
     threshold, balanced = best_threshold(calibrated, y)
+    if threshold_rule == "calibrated":
+        threshold = 0.5
+        balanced = float(balanced_accuracy_score(y, calibrated >= threshold))
     report.auc = float(roc_auc_score(y, scores))
     report.balanced_accuracy, report.threshold = balanced, threshold
     final = classifier().fit(X, y)
     return CriterionModel(cid, text, final.coef_[0].astype(np.float32), float(final.intercept_[0]), a, b,
                           threshold, {"cv_auc": report.auc, "cv_balanced_accuracy": balanced, "folds": k,
+                                      "threshold_rule": threshold_rule,
                                       "n_met": int(y.sum()), "n_unmet": int((~y).sum())},
                           texts, y, X)
 
