@@ -51,8 +51,10 @@ DEMO_GRPO = {
 
 # The demo's system message (our own text): the embedded 135M policy writes shorter, more focused
 # replies with it, so fewer completions are cut off at max_completion_length.
-DEMO_SYSTEM_PROMPT = ("You are a warm, attentive listener. Reply in two or three short sentences: acknowledge "
-                      "the feeling, reflect what happened, and ask one gentle question.")
+# bench/clipping.py, embedded policy, 120 samples of the training prompts: with "two or three short sentences:
+# acknowledge the feeling, reflect what happened, ..." 69% were not finished by 96 tokens; with this one, 27.5%.
+DEMO_SYSTEM_PROMPT = ("You are a warm, attentive listener. Reply in one or two short sentences (under 40 words): "
+                      "name the feeling, mention what happened, and ask one gentle question.")
 # What `rubricrl train` without a config file sets on top of the defaults (docs/training.md).
 DEMO_SETTINGS: dict[str, Any] = {"data": {"system_prompt": DEMO_SYSTEM_PROMPT}}
 
