@@ -11,6 +11,11 @@ A reward-judge curve that climbs while the independent curve stays flat is the r
 
     python -u bench/learning.py                               # 3 seeds x 100 steps, every 20 steps
     python -u bench/learning.py --seeds 0 --steps 20 --every 10 --out /tmp/learning-smoke
+    python -u bench/learning.py --seeds 1 2 --out runs/learning   # add seeds to an earlier run's curves
+
+Seeds already in `--out/curves.json` from an earlier run with the same steps, judges and overrides are
+kept (a seed run again is replaced), so the seeds can be run in separate sittings; each point records
+the git commit it was trained at, and the table says when the seeds' commits differ.
 
 Prints one line per evaluation and a final table (mean over seeds and the paired change from step 0,
 95% bootstrap CI over prompts pooled across seeds), and writes `curves.json` and `curves.png` to `--out`.
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,6 +105,31 @@ def plot(points: list[dict], judges: list[str], path: Path) -> None:
     plt.close(fig)
 
 
+def code_version() -> str:
+    """The checkout's commit (with `+dirty` for uncommitted changes), or `unknown` outside git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def earlier_points(path: Path, settings: dict, seeds: list[int]) -> list[dict]:
+    """The points of an earlier run in `path` for seeds other than `seeds`; its settings must match."""
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text("utf-8"))
+    differ = [k for k, v in settings.items() if earlier.get(k) != v]
+    if differ:
+        raise SystemExit(f"{path}: an earlier run with other {', '.join(differ)} "
+                         f"({', '.join(f'{k}={earlier.get(k)!r}' for k in differ)}); use another --out")
+    return [p for p in earlier["points"] if p["seed"] not in seeds]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -113,25 +144,32 @@ def main() -> None:
     from rubricrl.train.data import load_prompt_data
     from rubricrl.train.run import run_training
 
-    points: list[dict] = []
-    config = None
+    reference = load_config(None, args.set)
+    settings = {"reward_judge": reference.reward.judge, "eval_judge": reference.eval.judge, "steps": args.steps,
+                "every": args.every, "overrides": args.set}
+    points: list[dict] = earlier_points(args.out / "curves.json", settings, args.seeds)
+    version = code_version()
     for seed in args.seeds:
         config = load_config(None, [*args.set, f"grpo.max_steps={args.steps}", f"grpo.seed={seed}",
                                     f"output_dir={args.out / f'seed{seed}'}", "eval.enabled=false"])
         data = load_prompt_data(config.data.train, config.data.heldout, config.rubric, config.data.prompt_field,
                                 config.data.limit_train, config.data.limit_heldout, config.data.system_prompt)
         judges = {"reward judge": make_judge(config.reward.judge), "independent judge": make_judge(config.eval.judge)}
-        callback = CurveCallback(data, judges, args.every, config.eval.max_new_tokens, seed, points)
+        mine: list[dict] = []
+        callback = CurveCallback(data, judges, args.every, config.eval.max_new_tokens, seed, mine)
         started = time.perf_counter()
         run_training(config, callbacks=[callback], log=lambda m: print(m, flush=True))
+        points += [{**p, "code": version} for p in mine]
         print(f"[seed {seed}] done in {time.perf_counter() - started:.0f} s", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "curves.json").write_text(json.dumps({"points": points, "reward_judge": config.reward.judge,
-                                                          "eval_judge": config.eval.judge, "steps": args.steps,
-                                                          "every": args.every, "overrides": args.set}, indent=1))
+        (args.out / "curves.json").write_text(json.dumps({"points": points, **settings}, indent=1))
     names = ["reward judge", "independent judge"]
+    seeds = sorted({p["seed"] for p in points})
+    versions = {p["seed"]: p.get("code", "unknown") for p in points}
     plot(points, names, args.out / "curves.png")
-    print(f"\nreward judge {config.reward.judge}; independent judge {config.eval.judge}; seeds {args.seeds}")
+    print(f"\nreward judge {settings['reward_judge']}; independent judge {settings['eval_judge']}; seeds {seeds}; "
+          f"code " + ", ".join(f"seed {k} at {v}" for k, v in sorted(versions.items()))
+          + ("  (the seeds were trained at DIFFERENT commits)" if len(set(versions.values())) > 1 else ""))
     print(f"{'step':>5}  " + "  ".join(f"{n:>34}" for n in names))
     for step in sorted({p["step"] for p in points}):
         cells = []
