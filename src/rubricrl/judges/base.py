@@ -154,3 +154,24 @@ class StatsJudge:
 
     def report(self) -> JudgeReport:
         return JudgeReport(self.judge_id, self.stats.snapshot())
+
+
+class WrapperJudge:
+    """A judge around another one, `inner` (the verdict cache, a calibration, pairwise judging's parts):
+    its `stats` and `explains` are the inner judge's, and its report is the inner judge's report under
+    this judge's id. A wrapper that adds to the report (the cache: its hits and misses) overrides
+    `report` and starts from `super().report()`."""
+
+    inner: Judge
+    judge_id: str
+
+    @property
+    def stats(self) -> JudgeStats:
+        return self.inner.stats
+
+    @property
+    def explains(self) -> bool:
+        return self.inner.explains
+
+    def report(self) -> JudgeReport:
+        return replace(self.inner.report(), judge_id=self.judge_id)
