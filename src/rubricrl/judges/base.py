@@ -120,6 +120,19 @@ class JudgeReport:
         return asdict(self)
 
 
+def verifier_ids(report: JudgeReport) -> frozenset[str]:
+    """The judge ids of the verifiers of every critic judge in a report (judges/critic.py: a report with
+    parts `critic` and `verifier`), at any depth: the verdicts with these ids are the verified ones."""
+    found: set[str] = set()
+    stack = [report]
+    while stack:
+        r = stack.pop()
+        if "critic" in r.parts and "verifier" in r.parts:
+            found.add(r.parts["verifier"].judge_id)
+        stack.extend(r.parts.values())
+    return frozenset(found)
+
+
 def combined_cache(reports: Sequence[JudgeReport]) -> CacheUsage | None:
     """The sum of the reports' cache usage, None when none of them has a cache."""
     caches = [r.cache for r in reports if r.cache is not None]
