@@ -479,6 +479,8 @@ def test_server_pairwise_groups_a_batch_request_by_prompt_not_by_position():
 
 
 def test_server_pairwise_gathers_one_row_requests_of_a_prompt_across_requests():
+    from test_reward_server import _until  # waits on a condition of the app, no sleeping on time
+
     async def scenario():
         app, stub, http = pairwise_app()
         async with http:
@@ -509,14 +511,6 @@ def test_server_pairwise_a_group_that_never_fills_up_is_504_naming_the_fix():
     detail = r.json()["detail"]
     assert "rows arrived: 2 of 3" in detail and "--group-size" in detail and "--n_samples_per_prompt" in detail
     assert app.state.groups.waiting == 0  # the request's rows left their group: a retry starts afresh
-
-
-async def _until(condition):
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 def test_server_pairwise_settings_are_checked():

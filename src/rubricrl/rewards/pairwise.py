@@ -1,8 +1,12 @@
-"""Group-relative GRPO rewards from pairwise rubric judging (OpenRS style): `PairwiseRubricReward`.
+"""Group-relative GRPO rewards from pairwise rubric judging (OpenRS style): `pairwise_results` (awaited,
+for any caller) and `PairwiseRubricReward` (TRL's reward function).
 
-A GRPO group is `num_generations` consecutive completions of one prompt (TRL repeats each prompt that
-many times in a row). A completion's reward is its criterion-weighted win rate against the other
-members of its group:
+A group is the completions of one prompt and rubric; each caller forms it from what its trainer sends:
+TRL, `num_generations` consecutive completions (`consecutive_groups`: TRL repeats each prompt that many
+times in a row); verl's batch reward function, every sample of the call with that conversation and rubric
+(`groups_by_key`: verl may reorder a batch); the reward server, the first `--group-size` rows of that
+conversation and rubric, across requests (serve/groups.py). A completion's reward is its
+criterion-weighted win rate against the other members of its group:
 
 - pairs: every pair of the group (round robin), or at most `max_pairs` per group, taken round by round
   from a round-robin schedule (circle method) in a seeded random order, so that every completion takes
@@ -19,7 +23,8 @@ Gating, as in pointwise scoring (scoring/formulas.py): a completion that fails a
 `judged_span`, has no single span) loses every criterion to a completion that passes and ties with
 another failing one, without a judge call; its reward is min(win rate, the rubric's hard_rule_gate).
 A completion with an `error` verdict follows `error_policy` (None, 0.0 or JudgeFailure) and is left
-out of the pairs; a completion left with no decided comparison gets None.
+out of the pairs; a completion left with no decided comparison (or alone in its group) gets None
+(`uncompared`; the reward server and verl give it 0.0 flagged `unscored`, `pairwise_row_reward`).
 
 Cost: `last_cost` (and the logged metrics `NAME/pairwise_*`) counts the pairs scheduled, the pairs that
 needed the pairwise judge and the comparisons asked of it (2 per model-judged criterion and pair).
