@@ -31,9 +31,9 @@ def serve(
                                                    "the logs) or fails the request with 502 (`raise`).")] = "zero",
     no_cache: NoCache = False,
     cache_path: CachePath = None,
-    mode: Annotated[str, typer.Option(help="OpenRLHF rewards: each row's rubric score (`pointwise`) or its "
-                                           "criterion-weighted win rate against the other rows of its prompt "
-                                           "(`pairwise`, needs --group-size; /v1/score stays pointwise).")] = "pointwise",
+    mode: Annotated[str, typer.Option(
+        help="OpenRLHF rewards: each row's rubric score (`pointwise`) or its criterion-weighted win rate against "
+             "the other rows of its prompt (`pairwise`, needs --group-size; /v1/score stays pointwise).")] = "pointwise",
     group_size: Annotated[Optional[int], typer.Option(min=2, help="Pairwise: rows per prompt to compare, gathered "
                                                                    "across requests (OpenRLHF's "
                                                                    "--n_samples_per_prompt).")] = None,

@@ -279,7 +279,8 @@ class PairwiseRubricReward(RubricReward):
         rubrics = self._rubrics(columns.get("rubric"), len(prompts))
         conversations = [_conversation(p) for p in columns.get("original_prompt") or prompts]
         texts = [completion_text(c) for c in completions]
-        rows = [PairwiseRow(conv, self._judged_text(t), rubric) for conv, t, rubric in zip(conversations, texts, rubrics)]
+        rows = [PairwiseRow(conv, self._judged_text(t), rubric)
+                for conv, t, rubric in zip(conversations, texts, rubrics)]
         groups = consecutive_groups([(conv, r.content_hash()) for conv, r in zip(conversations, rubrics)],
                                     self.num_generations)
         before = self.judge.report()
@@ -300,7 +301,8 @@ class PairwiseRubricReward(RubricReward):
                 note = f"judge error ({self.error_policy}): {note.split(': ', 1)[1]}"
             else:
                 reward = result.reward
-                self.totals["uncompared"] += result.status == "uncompared"
+                if result.status == "uncompared":
+                    self.totals["uncompared"] += 1
             rewards.append(reward)
             records.append(SampleRecord(prompt=row.conversation[-1].content, completion=text, reward=reward,
                                         note=note, verdicts=[v.model_dump(mode="json") for v in result.verdicts]))

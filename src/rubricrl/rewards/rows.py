@@ -107,7 +107,8 @@ def row_reward(rubric: Rubric, verdicts: Sequence[Verdict], *, soft: bool = True
     if s.score is None:
         return RowReward(0.0, "unscored", s, points, tuple(verdicts),
                          f"no positively weighted criterion was decided ({s.n_skipped} skipped: no judge for them); "
-                         "use a judge that decides model-judged criteria, e.g. `exemplar+local` or `openai:URL`", critic)
+                         "use a judge that decides model-judged criteria, e.g. `exemplar+local` or `openai:URL`",
+                         critic)
     return RowReward(s.score, "scored", s, points, tuple(verdicts), "", critic)
 
 

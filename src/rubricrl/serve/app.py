@@ -9,7 +9,8 @@ a request not answered within `timeout` seconds (queueing included) gets 504; a 
 headers or body do not arrive within the read timeout gets 408 and its connection closed; unusable
 rows get 422 naming every bad row and field, as does a NaN or infinity anywhere in a body (except a
 NaN label: no label); judge errors follow the error policy (row_rewards.py). Every refusal is
-logged at WARNING with its reason.
+logged at WARNING with its reason. With `mode` pairwise, OpenRLHF's rewards are win rates within each
+prompt's group of `group_size` rows, gathered across requests (serve/groups.py); /v1/score stays pointwise.
 """
 
 from __future__ import annotations
