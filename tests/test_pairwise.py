@@ -551,3 +551,41 @@ def test_verl_batch_pairwise_groups_by_prompt_and_per_sample_calls_are_refused(m
         rv.compute_score("ds", R0, rubric, sister, judge="local:stub-pairwise-test", mode="pairwise")
     with pytest.raises(ValueError, match="compute_score_async gets one sample"):
         asyncio.run(rv.compute_score_async("ds", R0, rubric, sister, judge="local:stub-pairwise-test", mode="pairwise"))
+
+
+@pytest.mark.slow
+def test_openrlhf_one_row_requests_over_real_http_to_a_llama_cpp_pairwise_judge(llama_url):
+    """The whole path on loopback: two one-row OpenRLHF requests (as OpenRLHF 0.11.x sends them) to the
+    reward server under uvicorn, gathered into one group, compared by the embedded model served by llama.cpp
+    in logprob mode. The model's preferences are whatever they are; the numbers below hold for any of them."""
+    import httpx
+    from test_reward_server import LiveServer
+
+    from rubricrl.integrations.reward_server import create_app
+    from rubricrl.judges import make_judge
+    from rubricrl.serve.settings import ServerSettings
+
+    spec = f"openai:{llama_url}?mode=logprob&max_retries=0&timeout=300"
+    app = create_app(ServerSettings(rubric=RUBRIC, judge=spec, mode="pairwise", group_size=2, timeout=600),
+                     judge=make_judge(spec, cache=False))
+
+    async def both(url):
+        async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+            return await asyncio.gather(http.post("/get_reward", json=openrlhf([(SISTER, R0)])),
+                                        http.post("/get_reward", json=openrlhf([(SISTER, R1)])))
+
+    with LiveServer(app) as live:
+        url = f"http://127.0.0.1:{live.port}"
+        first, second = asyncio.run(both(url))
+        metrics = httpx.get(url + "/metrics").text
+    assert (first.status_code, second.status_code) == (200, 200), first.text + second.text
+    [r0], [r1] = first.json()["rewards"], second.json()["rewards"]
+    # one pair: `asks` (a check) goes to R0, the only one with a '?' (+1); the hard rule (a check) ties, 1 each;
+    # `validates` (3) and `blames` (2) go to the model, both orders. Every decided criterion's weight is
+    # split between the two replies, so r0 + r1 = 1, and R0 has at least 2 of at most 8 points, R1 1
+    assert r0 + r1 == pytest.approx(1.0)
+    assert r0 >= 2 / 8 and r1 >= 1 / 8
+    assert first.json()["extra_logs"]["rubric_pairs"] == [1.0] == second.json()["extra_logs"]["rubric_pairs"]
+    # 2 model-judged criteria x 2 orders = 4 comparisons, one logprob call each
+    assert "rubricrl_pairwise_pairs_total 1.0" in metrics and "rubricrl_pairwise_comparisons_total 4.0" in metrics
+    assert 'rubricrl_judge_model_calls_total{part="model"} 4.0' in metrics
