@@ -39,6 +39,11 @@ def test_step_line_shows_critic_counts_and_pairwise_comparisons():
                 "rubric/pairwise_disagreements": 1.0}
     assert "errors 1  pairs 4 comparisons 12 disagreed 1  pass" in step_line(3, 24, pairwise, batch=8)
     assert "critic" not in step_line(3, 24, LOGS, batch=8) and "pairs" not in step_line(3, 24, LOGS, batch=8)
+    # a dialogue run: the console follows the emotion reward; the critic's counts are its rubric reward's
+    dialogue = {"reward": 0.5, "dialogue_rubric/judge_verified": 4.0, "dialogue_rubric/judge_unverified": 4.0,
+                "dialogue_rubric/critic_confirmed": 1.0, "dialogue_rubric/critic_saved": 0.5}
+    assert step_line(1, 2, dialogue, batch=4, reward_name="emotion") == \
+        "step   1/2  reward 0.500  critic verified 4/8 (saved 50%) confirmed 1"
 
 
 HARD = Criterion(id="no-harm", text="No method.", weight=-5, kind="hard_rule")
