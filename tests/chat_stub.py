@@ -3,7 +3,9 @@
 The policy answers the last user message from `replies` (first substring that occurs wins;
 `ERROR` answers HTTP 400, `EMPTY` an empty message), else `Echo: <message>`. A grader request
 (the HTTP judge's per_criterion prompt) is met when the criterion's first 'single-quoted' phrase
-occurs in the graded response; a criterion containing `[garbage]` gets an unparsable answer.
+occurs in the graded response; a criterion containing `[garbage]` gets an unparsable answer. A
+pairwise request (the HTTP judge's JSON `compare` prompt) prefers the response with more words, the
+same in both orders; equal lengths tie.
 It runs in a thread of the test process; `eval` subprocesses reach it over loopback.
 """
 
@@ -15,14 +17,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from rubricrl.judges.http_prompts import GRADER_SYSTEM
+from rubricrl.judges.http_prompts import GRADER_SYSTEM, PAIR_GRADER_SYSTEM
 
 
 class ChatStub:
     def __init__(self, replies: dict[str, str] | None = None, *, policy_delay: float = 0.0, judge_delay: float = 0.0):
         self.replies = replies or {}
         self.policy_delay, self.judge_delay = policy_delay, judge_delay
-        self.policy_calls = self.judge_calls = 0
+        self.policy_calls = self.judge_calls = self.pair_calls = 0
         self._lock = threading.Lock()
         stub = self
 
@@ -59,6 +61,10 @@ class ChatStub:
                 self.judge_calls += 1
             time.sleep(self.judge_delay)
             return 200, self.grade(messages[-1]["content"])
+        if messages and messages[0]["content"] == PAIR_GRADER_SYSTEM:
+            with self._lock:
+                self.pair_calls += 1
+            return 200, self.prefer(messages[-1]["content"])
         with self._lock:
             self.policy_calls += 1
         time.sleep(self.policy_delay)
@@ -77,6 +83,13 @@ class ChatStub:
         phrase = re.search(r"'([^']+)'", criterion)
         met = bool(phrase) and phrase.group(1).lower() in response.lower()
         return json.dumps({"explanation": f"looked for {phrase.group(1) if phrase else '-'}", "criteria_met": met})
+
+    @staticmethod
+    def prefer(user: str) -> str:
+        a, b = (part.split("\nRESPONSE>>>", 1)[0] for part in user.split("<<<RESPONSE\n")[1:3])
+        na, nb = len(a.split()), len(b.split())
+        return json.dumps({"explanation": f"{na} words against {nb}", "better": "A" if na > nb else "B" if nb > na
+                           else "tie"})
 
     def close(self) -> None:
         self.server.shutdown()

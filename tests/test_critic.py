@@ -191,6 +191,60 @@ def test_soft_reward_and_training_logs_count_verified_and_unverified():
     assert (logged["rubric/judge_verified"], logged["rubric/judge_unverified"], logged["rubric/critic_confirmed"]) \
         == (2.0, 2.0, 0.0)
     assert logged["rubric/judge_calls"] == 3.0  # one critic call + two verifier calls
+    assert logged["rubric/critic_saved"] == 0.5  # 2 unverified of 2 + 2: half the verifier verdicts saved
+
+
+def critic_router():
+    # ranked by p_fail: b 0.7, p 0.6 verified; the verifier finds b unmet (a positive criterion failed) and
+    # p met (a pitfall happened): both confirmed. a (0.9) and c (0.5) keep the critic's estimate.
+    return RoutedJudge(CriticJudge(Critic(CRITIC_P), Verifier({"b": "unmet", "p": "met"}), CriticSettings(k=2)))
+
+
+def test_reward_server_reports_critic_counts_per_row_in_extra_logs_and_metrics():
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from rubricrl.integrations.reward_server import create_app
+    from rubricrl.serve.settings import ServerSettings
+
+    rubric = Rubric(id="r", criteria=list(CRITERIA))
+    client = TestClient(create_app(ServerSettings(rubric=rubric, judge="critic"), judge=critic_router()))
+    body = {"query": ["hi reply one", "hi reply two"], "prompts": ["hi ", "hi "], "labels": ["", ""]}
+    answer = client.post("/", json=body).json()
+    # soft: a 3 * 0.9 + b 2 * 0.0 + p -2 * 1.0 + c 1 * 0.5 = 1.2 over 3 + 2 + 1 = 6
+    assert answer["rewards"] == pytest.approx([0.2, 0.2])
+    logs = answer["extra_logs"]
+    assert (logs["rubric_verified"], logs["rubric_unverified"], logs["rubric_confirmed"]) == \
+        ([2.0, 2.0], [2.0, 2.0], [2.0, 2.0])
+    assert logs["rubric_pairs"] == [0.0, 0.0]
+    text = client.get("/metrics").text
+    assert 'rubricrl_judge_verified_total{part="model"} 4.0' in text
+    assert 'rubricrl_judge_unverified_total{part="model"} 4.0' in text
+    assert 'rubricrl_judge_confirmed_total{part="model"} 4.0' in text
+    # a judge without a critic: the same keys, all 0
+    plain = TestClient(create_app(ServerSettings(rubric=rubric, judge="v"), judge=RoutedJudge(Verifier({}))))
+    logs = plain.post("/", json=body).json()["extra_logs"]
+    assert logs["rubric_verified"] == logs["rubric_unverified"] == logs["rubric_confirmed"] == [0.0, 0.0]
+    assert json.dumps(sorted(logs)) == json.dumps(sorted(answer["extra_logs"]))
+
+
+def test_verl_batch_reports_critic_counts_per_sample_and_in_totals(monkeypatch):
+    import json
+
+    import rubricrl.integrations.verl as rv
+    import rubricrl.judges
+
+    monkeypatch.setattr(rubricrl.judges, "make_judge", lambda spec: critic_router())
+    rubric = json.dumps({"id": "r", "criteria": [c.model_dump(mode="json") for c in CRITERIA]})
+    before = rv.totals()
+    out = rv.compute_score_batch(["ds", "ds"], ["reply one", "reply two"], [rubric, rubric],
+                                 [{"prompt": "hi"}, {"prompt": "hi"}], judge="critic-test")
+    assert [o["score"] for o in out] == pytest.approx([0.2, 0.2])
+    assert [(o["rubric_verified"], o["rubric_unverified"], o["rubric_confirmed"]) for o in out] == [(2.0, 2.0, 2.0)] * 2
+    after = rv.totals()
+    assert {k: after.get(k, 0) - before.get(k, 0) for k in ("verified", "unverified", "confirmed")} == \
+        {"verified": 4, "unverified": 4, "confirmed": 4}
 
 
 # -- the online critic ------------------------------------------------------------------------------
@@ -304,3 +358,24 @@ def test_bad_specs_say_what_is_wrong(spec, message):
     with pytest.raises(JudgeSpecError) as info:
         make_judge(spec, cache=False)
     assert message in str(info.value)
+
+
+def test_dialogue_rubric_reward_logs_critic_counts_per_call():
+    from rubricrl.dialogue.rewards import DialogueRubricReward
+    from rubricrl.dialogue.rollout import Transcript, Turn
+
+    t = Transcript(trajectory_id="t", persona_id="p", group="g", seed=0, start_emotion=40, final_emotion=42,
+                   end_reason="max_turns", turns=[
+                       Turn(role="user", text="I lost my job.", emotion=40),
+                       Turn(role="supporter", text="reply one"), Turn(role="user", text="yes", emotion=41, change=1),
+                       Turn(role="supporter", text="reply two"), Turn(role="user", text="", emotion=42, change=1)])
+    reward = DialogueRubricReward(critic_router(), Rubric(id="r", criteria=list(CRITERIA)), "turn")
+    logged = {}
+    # each supporter turn: 1.2 / 6 = 0.2 (as in the reward server test above); the mean of two turns 0.2
+    assert reward([None], [None], transcript=[t], log_metric=lambda k, v: logged.__setitem__(k, v)) == \
+        pytest.approx([0.2])
+    # two turns judged, each with 2 verified (both confirmed failed) and 2 unverified criteria
+    assert (logged["dialogue_rubric/judge_verified"], logged["dialogue_rubric/judge_unverified"],
+            logged["dialogue_rubric/critic_confirmed"], logged["dialogue_rubric/critic_saved"]) == (4.0, 4.0, 4.0, 0.5)
+    # the stub critic counts one call per turn judged, the stub verifier one per verified criterion: 2 + 4
+    assert logged["dialogue_rubric/judge_calls"] == 2.0 + 4.0

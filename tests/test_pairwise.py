@@ -401,7 +401,8 @@ def test_load_config_pairwise_with_set_and_the_dialogue_clash():
     assert (cfg.reward.mode, cfg.reward.pairwise_max_pairs) == ("pairwise", 4)
     with pytest.raises(ConfigError, match="reward: pairwise_max_pairs applies only with reward.mode: pairwise"):
         load_config(None, ["reward.pairwise_max_pairs=4"])
-    with pytest.raises(ConfigError, match="reward.mode: pairwise"):
+    with pytest.raises(ConfigError, match="reward.mode: pairwise does not apply to dialogue training.*set "
+                                          "reward.mode: pointwise"):
         load_config(None, ["reward.mode=pairwise", "dialogue.enabled=true"])
 
 
@@ -433,3 +434,158 @@ def test_local_pairwise_tree_equals_one_prompt_per_criterion(local_judge):
     prefs = run(local_judge.compare(requests))
     assert [len(row) for row in prefs] == [2, 2]
     assert all(p.winner in ("A", "B", "tie") and p.judge_id.endswith("@pairwise-v1") for row in prefs for p in row)
+
+
+# -- groups in the reward server (OpenRLHF) and verl ----------------------------------------------
+
+def qwen(user: str) -> str:
+    return f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+SISTER, JOB = qwen("My sister stopped talking to me."), qwen("I lost my job.")
+
+
+def pairwise_app(**settings):
+    import httpx
+
+    from rubricrl.integrations.reward_server import create_app
+    from rubricrl.serve.settings import ServerSettings
+
+    stub = StubPairJudge(consistent)
+    app = create_app(ServerSettings(**{"rubric": RUBRIC, "judge": "local", "mode": "pairwise", "group_size": 2,
+                                       **settings}), judge=RoutedJudge(stub))
+    return app, stub, httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+def openrlhf(rows):
+    return {"query": [p + r + "<|im_end|>" for p, r in rows], "prompts": [p for p, _ in rows],
+            "labels": [""] * len(rows)}
+
+
+def test_server_pairwise_groups_a_batch_request_by_prompt_not_by_position():
+    async def scenario():
+        app, stub, http = pairwise_app()
+        async with http:
+            r = await http.post("/", json=openrlhf([(SISTER, R0), (JOB, R0), (SISTER, R1), (JOB, R2)]))
+        return r, stub
+
+    r, stub = asyncio.run(scenario())
+    assert r.status_code == 200, r.text
+    # two groups of two: (R0, R1) of the sister prompt -> 6/8 and 2/8; (R0, R2) of the job prompt -> 7/8 and 1/8
+    # (8 weighted points per pair, by hand in test_win_rates_of_a_group_of_four_with_weights_a_pitfall_and_a_hard_rule)
+    assert r.json()["rewards"] == pytest.approx([6 / 8, 7 / 8, 2 / 8, 1 / 8])
+    assert r.json()["extra_logs"]["rubric_pairs"] == [1.0, 1.0, 1.0, 1.0]
+    assert len(stub.asked) == 4  # 2 pairs, both orders
+
+
+def test_server_pairwise_gathers_one_row_requests_of_a_prompt_across_requests():
+    from test_reward_server import _until  # waits on a condition of the app, no sleeping on time
+
+    async def scenario():
+        app, stub, http = pairwise_app()
+        async with http:
+            first = asyncio.create_task(http.post("/get_reward", json=openrlhf([(SISTER, R1)])))
+            await _until(lambda: app.state.groups.waiting == 1)  # the first row waits for its group
+            second = await http.post("/get_reward", json=openrlhf([(SISTER, R0)]))
+            first = await first
+            metrics = (await http.get("/metrics")).text
+        return first, second, app, metrics
+
+    first, second, app, metrics = asyncio.run(scenario())
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert first.json()["rewards"] == pytest.approx([2 / 8]) and second.json()["rewards"] == pytest.approx([6 / 8])
+    assert app.state.groups.waiting == 0
+    # one pair; R1 vs R0 asked on the 2 model-judged criteria in both orders
+    assert "rubricrl_pairwise_pairs_total 1.0" in metrics and "rubricrl_pairwise_comparisons_total 4.0" in metrics
+
+
+def test_server_pairwise_a_group_that_never_fills_up_is_504_naming_the_fix():
+    async def scenario():
+        app, _, http = pairwise_app(timeout=0.3, group_size=3)
+        async with http:
+            r = await http.post("/", json=openrlhf([(SISTER, R0), (SISTER, R1)]))
+        return r, app
+
+    r, app = asyncio.run(scenario())
+    assert r.status_code == 504
+    detail = r.json()["detail"]
+    assert "rows arrived: 2 of 3" in detail and "--group-size" in detail and "--n_samples_per_prompt" in detail
+    assert app.state.groups.waiting == 0  # the request's rows left their group: a retry starts afresh
+
+
+def test_server_pairwise_settings_are_checked():
+    from rubricrl.serve.settings import ServerSettings
+
+    with pytest.raises(ValueError, match="needs group_size.*n_samples_per_prompt"):
+        ServerSettings(mode="pairwise", judge="local")
+    with pytest.raises(ValueError, match="apply only with mode pairwise"):
+        ServerSettings(group_size=4)
+    with pytest.raises(ValueError, match="no model judge"):
+        ServerSettings(mode="pairwise", group_size=4, judge="rules")
+    from typer.testing import CliRunner
+
+    from rubricrl.cli import app as cli_app
+
+    result = CliRunner().invoke(cli_app, ["serve", "--mode", "pairwise", "--judge", "local"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "mode pairwise needs group_size" in result.output
+
+
+def test_verl_batch_pairwise_groups_by_prompt_and_per_sample_calls_are_refused(monkeypatch):
+    import rubricrl.integrations.verl as rv
+    import rubricrl.judges
+
+    monkeypatch.setattr(rubricrl.judges, "make_judge", lambda spec: RoutedJudge(StubPairJudge(consistent)))
+    rubric = json.dumps({"criteria": [c.model_dump(mode="json") for c in RUBRIC.criteria]})
+    sister, job, alone = ({"prompt": "My sister stopped talking to me."}, {"prompt": "I lost my job."},
+                          {"prompt": "I moved cities."})
+    before = rv.totals()
+    out = rv.compute_score_batch(["ds"] * 5, [R0, R0, R1, R2, R0], [rubric] * 5, [sister, job, sister, job, alone],
+                                 judge="local:stub-pairwise-test", mode="pairwise")
+    # sister (R0, R1): 6/8, 2/8; job (R0, R2): 7/8, 1/8; `alone` has no other sample of its prompt: unscored, 0.0
+    assert [o["score"] for o in out] == pytest.approx([6 / 8, 7 / 8, 2 / 8, 1 / 8, 0.0])
+    assert [o["rubric_scored"] for o in out] == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert [o["rubric_pairs"] for o in out] == [1.0, 1.0, 1.0, 1.0, 0.0]
+    after = rv.totals()
+    assert after["pairs"] - before.get("pairs", 0) == 2 and after["comparisons"] - before.get("comparisons", 0) == 8
+    with pytest.raises(ValueError, match="compute_score gets one sample per call.*compute_score_batch"):
+        rv.compute_score("ds", R0, rubric, sister, judge="local:stub-pairwise-test", mode="pairwise")
+    with pytest.raises(ValueError, match="compute_score_async gets one sample"):
+        asyncio.run(rv.compute_score_async("ds", R0, rubric, sister, judge="local:stub-pairwise-test", mode="pairwise"))
+
+
+@pytest.mark.slow
+def test_openrlhf_one_row_requests_over_real_http_to_a_llama_cpp_pairwise_judge(llama_url):
+    """The whole path on loopback: two one-row OpenRLHF requests (as OpenRLHF 0.11.x sends them) to the
+    reward server under uvicorn, gathered into one group, compared by the embedded model served by llama.cpp
+    in logprob mode. The model's preferences are whatever they are; the numbers below hold for any of them."""
+    import httpx
+    from test_reward_server import LiveServer
+
+    from rubricrl.integrations.reward_server import create_app
+    from rubricrl.judges import make_judge
+    from rubricrl.serve.settings import ServerSettings
+
+    spec = f"openai:{llama_url}?mode=logprob&max_retries=0&timeout=300"
+    app = create_app(ServerSettings(rubric=RUBRIC, judge=spec, mode="pairwise", group_size=2, timeout=600),
+                     judge=make_judge(spec, cache=False))
+
+    async def both(url):
+        async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+            return await asyncio.gather(http.post("/get_reward", json=openrlhf([(SISTER, R0)])),
+                                        http.post("/get_reward", json=openrlhf([(SISTER, R1)])))
+
+    with LiveServer(app) as live:
+        url = f"http://127.0.0.1:{live.port}"
+        first, second = asyncio.run(both(url))
+        metrics = httpx.get(url + "/metrics").text
+    assert (first.status_code, second.status_code) == (200, 200), first.text + second.text
+    [r0], [r1] = first.json()["rewards"], second.json()["rewards"]
+    # one pair: `asks` (a check) goes to R0, the only one with a '?' (+1); the hard rule (a check) ties, 1 each;
+    # `validates` (3) and `blames` (2) go to the model, both orders. Every decided criterion's weight is
+    # split between the two replies, so r0 + r1 = 1, and R0 has at least 2 of at most 8 points, R1 1
+    assert r0 + r1 == pytest.approx(1.0)
+    assert r0 >= 2 / 8 and r1 >= 1 / 8
+    assert first.json()["extra_logs"]["rubric_pairs"] == [1.0] == second.json()["extra_logs"]["rubric_pairs"]
+    # 2 model-judged criteria x 2 orders = 4 comparisons, one logprob call each
+    assert "rubricrl_pairwise_pairs_total 1.0" in metrics and "rubricrl_pairwise_comparisons_total 4.0" in metrics
+    assert 'rubricrl_judge_model_calls_total{part="model"} 4.0' in metrics

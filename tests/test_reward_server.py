@@ -40,7 +40,7 @@ RESPONSES = {
 OTHER = {"criteria": [{"id": "bye", "text": "Says bye.", "check": {"type": "contains", "any_of": ["bye"]}}]}
 TOKEN = "t" * 24
 LOG_KEYS = {"rubric_scored", "rubric_points", "rubric_coverage", "rubric_judge_errors", "rubric_skipped",
-            "rubric_gated"}
+            "rubric_gated", "rubric_verified", "rubric_unverified", "rubric_confirmed", "rubric_pairs"}
 
 
 def qwen_prompt(user: str) -> str:

@@ -30,6 +30,22 @@ def test_step_line_shows_prechecks_only_when_they_fired():
     assert "prechecked" not in step_line(1, 2, LOGS, batch=8)
 
 
+def test_step_line_shows_critic_counts_and_pairwise_comparisons():
+    # a critic judge: 3 of 3 + 5 = 8 model-judged criteria verified, 5/8 = 62.5% of verifier verdicts saved
+    critic = {**LOGS, "rubric/judge_verified": 3.0, "rubric/judge_unverified": 5.0, "rubric/critic_confirmed": 2.0,
+              "rubric/critic_saved": 0.625}
+    assert "errors 1  critic verified 3/8 (saved 62%) confirmed 2  pass" in step_line(3, 24, critic, batch=8)
+    pairwise = {**LOGS, "rubric/pairwise_pairs": 4.0, "rubric/pairwise_comparisons": 12.0,
+                "rubric/pairwise_disagreements": 1.0}
+    assert "errors 1  pairs 4 comparisons 12 disagreed 1  pass" in step_line(3, 24, pairwise, batch=8)
+    assert "critic" not in step_line(3, 24, LOGS, batch=8) and "pairs" not in step_line(3, 24, LOGS, batch=8)
+    # a dialogue run: the console follows the emotion reward; the critic's counts are its rubric reward's
+    dialogue = {"reward": 0.5, "dialogue_rubric/judge_verified": 4.0, "dialogue_rubric/judge_unverified": 4.0,
+                "dialogue_rubric/critic_confirmed": 1.0, "dialogue_rubric/critic_saved": 0.5}
+    assert step_line(1, 2, dialogue, batch=4, reward_name="emotion") == \
+        "step   1/2  reward 0.500  critic verified 4/8 (saved 50%) confirmed 1"
+
+
 HARD = Criterion(id="no-harm", text="No method.", weight=-5, kind="hard_rule")
 HARD_POS = Criterion(id="refers", text="Refers to a helpline.", weight=3, kind="hard_rule")
 RUBRIC = Rubric(criteria=(HARD, HARD_POS, Criterion(id="warm", text="Warm.", weight=1)))

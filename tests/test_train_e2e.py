@@ -238,3 +238,48 @@ def test_training_step_completes_with_a_failing_http_judge_under_mask(tmp_path, 
     samples = read_jsonl(Path(cfg.output_dir) / "samples.jsonl")
     masked = [s for s in samples if s["reward"] is None]
     assert masked and all(s["note"].startswith("judge error (mask)") for s in masked)
+
+
+def test_pairwise_grpo_run_changes_parameters_and_logs_its_comparisons(tmp_path):
+    """reward.mode pairwise end to end: the embedded policy, the empathy rubric's five model-judged principles
+    compared over HTTP by a deterministic pairwise judge (tests/chat_stub.py: the reply with more words
+    matches a criterion more, in both orders), rule checks pointwise."""
+    from chat_stub import ChatStub
+
+    stub = ChatStub()
+    lines: list[str] = []
+    try:
+        spec = f"openai:{stub.url}?model=stub-grader&max_retries=0&mode=per_criterion"
+        cfg = load_config(tiny_config(tmp_path, "pairwise", eval={"enabled": False},
+                                      reward={"judge": spec, "mode": "pairwise"}))
+        summary = run_training(cfg, log=lines.append)
+    finally:
+        stub.close()
+    run_dir = Path(cfg.output_dir)
+    assert summary["steps"] == 2
+    before = load_file(str(Path(resolve(None)) / "model.safetensors"))
+    after = load_file(str(run_dir / "final" / "model.safetensors"))
+    assert len([k for k in before if k in after and not torch.equal(before[k], after[k])]) > len(before) // 2
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if "rewards/rubric/mean" in m]
+    assert len(metrics) == 2
+    for m in metrics:
+        # 4 completions per step, 2 per prompt: 2 groups of 2, one pair each
+        assert m["rubric/pairwise_pairs"] == 2.0
+        # both orders of each principle asked for a pair the judge compares: at most 2 x 5 per judged pair
+        assert m["rubric/pairwise_comparisons"] % 2 == 0
+        assert m["rubric/pairwise_comparisons"] <= 10 * m["rubric/pairwise_judged_pairs"]
+        assert m["rubric/pairwise_disagreements"] == 0.0  # the stub answers the same in both orders
+    comparisons = sum(m["rubric/pairwise_comparisons"] for m in metrics)
+    assert comparisons > 0 and stub.pair_calls == comparisons  # one HTTP call per comparison
+    assert summary["reward_totals"]["pairwise_comparisons"] == comparisons
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert len(samples) == 8 and all(s["note"].startswith("pairwise: ") for s in samples if s["reward"] is not None)
+    # in each group of two, every decided criterion's weight goes to one side or half to each: r_a + r_b = 1
+    for step in (1, 2):
+        rewards = [s["reward"] for s in samples if s["step"] == step]
+        for a, b in ((0, 1), (2, 3)):
+            if rewards[a] is not None and rewards[b] is not None and not any(
+                    "hard rule failed" in samples[(step - 1) * 4 + k]["note"] for k in (a, b)):
+                assert rewards[a] + rewards[b] == pytest.approx(1.0)
+    step_lines = [line for line in lines if line.startswith("step ")]
+    assert len(step_lines) == 2 and all(" pairs 2 comparisons " in line for line in step_lines)

@@ -17,6 +17,7 @@ import pytest
 import rubricrl.integrations.verl as rv
 from rubricrl.rewards import JudgeFailure
 from rubricrl.core.verdicts import error_verdict
+from rubricrl.judges.base import JudgeStats, StatsJudge
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = {"id": "rules-only", "criteria": [
@@ -28,7 +29,8 @@ RUBRIC = {"id": "rules-only", "criteria": [
 # "Thank you so much, that was really brave of you." (10 words) -> 2/3
 CASES = [("Thank you for telling me.", 1.0), ("whatever", 0.0), ("Thank you so much, that was really brave of you.", 2 / 3)]
 KEYS = {"score", "rubric_scored", "rubric_points", "rubric_coverage", "rubric_judge_errors", "rubric_skipped",
-        "rubric_gated"}
+        "rubric_gated", "rubric_verified", "rubric_unverified", "rubric_confirmed", "rubric_pairs"}
+ZEROS = {"rubric_verified": 0.0, "rubric_unverified": 0.0, "rubric_confirmed": 0.0, "rubric_pairs": 0.0}
 MESSAGES = [{"role": "user", "content": "I finally told my family."}]
 
 
@@ -128,10 +130,13 @@ def test_unscored_rows_and_judge_errors_follow_the_error_policy(monkeypatch):
     model_only = {"criteria": [{"id": "warm", "text": "Is warm."}]}
     out = rv.compute_score("ds", "hi", json.dumps(model_only), {"prompt": "x"})  # rules cannot decide it
     assert out == {"score": 0.0, "rubric_scored": 0.0, "rubric_points": 0.0, "rubric_coverage": 0.0,
-                   "rubric_judge_errors": 0.0, "rubric_skipped": 1.0, "rubric_gated": 0.0}
+                   "rubric_judge_errors": 0.0, "rubric_skipped": 1.0, "rubric_gated": 0.0, **ZEROS}
 
-    class Failing:
+    class Failing(StatsJudge):
         judge_id = "failing"
+
+        def __init__(self):
+            self.stats = JudgeStats()
 
         async def judge(self, requests):
             return [[error_verdict(c.id, "failing", "http: timeout") for c in r.criteria] for r in requests]
@@ -167,8 +172,11 @@ def test_errors_name_the_sample_by_its_data_keys_not_its_position(monkeypatch, c
     with pytest.raises(ValueError, match=r"^sample uid='u-7' \(data_source 'ds'\): no rubric"):
         rv.compute_score("ds", "hi", None, {"uid": "u-7", "index": None})  # a blank key is left out
 
-    class Failing:
+    class Failing(StatsJudge):
         judge_id = "failing"
+
+        def __init__(self):
+            self.stats = JudgeStats()
 
         async def judge(self, requests):
             return [[error_verdict(c.id, "failing", "http: timeout") for c in r.criteria] for r in requests]

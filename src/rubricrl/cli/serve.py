@@ -31,6 +31,14 @@ def serve(
                                                    "the logs) or fails the request with 502 (`raise`).")] = "zero",
     no_cache: NoCache = False,
     cache_path: CachePath = None,
+    mode: Annotated[str, typer.Option(
+        help="OpenRLHF rewards: each row's rubric score (`pointwise`) or its criterion-weighted win rate against "
+             "the other rows of its prompt (`pairwise`, needs --group-size; /v1/score stays pointwise).")] = "pointwise",
+    group_size: Annotated[Optional[int], typer.Option(min=2, help="Pairwise: rows per prompt to compare, gathered "
+                                                                   "across requests (OpenRLHF's "
+                                                                   "--n_samples_per_prompt).")] = None,
+    pairwise_max_pairs: Annotated[Optional[int], typer.Option(min=1, help="Pairwise: at most this many pairs per "
+                                                                          "group (default: every pair).")] = None,
 ):
     """Serve rubric rewards over HTTP: OpenRLHF's remote reward API (POST / and /get_reward), /v1/score,
     /health and /metrics (docs/scaling.md)."""
@@ -43,7 +51,8 @@ def serve(
                                          max_body=max_body, concurrency=concurrency, queue=queue, timeout=timeout,
                                          read_timeout=read_timeout,
                                          error_policy=error_policy, cache=not no_cache,
-                                         cache_path=str(cache_path) if cache_path else None)
+                                         cache_path=str(cache_path) if cache_path else None, mode=mode,
+                                         group_size=group_size, pairwise_max_pairs=pairwise_max_pairs)
         run(settings)
     except ValueError as exc:
         fail(str(exc))

@@ -98,7 +98,9 @@ class EmotionReward:
 class DialogueRubricReward:
     """Rubric reward over a transcript: `turn` judges every supporter turn against the rubric given
     the conversation before it and averages the scores; `conversation` judges the whole transcript
-    as one response to the opening message. Any judge error masks the conversation (None), counted."""
+    as one response to the opening message. Any judge error masks the conversation (None), counted. Each
+    call logs the judge's spend as RubricReward does (`NAME/judge_calls`, the defences, and a critic
+    judge's `NAME/judge_verified`, `judge_unverified`, `critic_confirmed`, `critic_saved`)."""
 
     def __init__(self, judge, rubric, per: Literal["turn", "conversation"] = "turn", *, soft: bool = True,
                  name: str = "dialogue_rubric"):
@@ -139,7 +141,13 @@ class DialogueRubricReward:
         # weighted nansum would otherwise count the missing emotion reward as 0 and keep this one
         per_transcript = [self.requests(t) if t.end_reason != "error" else [] for t in parsed]
         flat = [r for rs in per_transcript for r in rs]
+        log_metric = columns.get("log_metric")
+        before = self.judge.report() if log_metric is not None else None
         answers = asyncio.run(self.judge.judge(flat)) if flat else []
+        if log_metric is not None:  # judge spend, defences, a critic judge's counts (as RubricReward)
+            from rubricrl.rewards.functions import log_judge_spend
+
+            log_judge_spend(log_metric, self.__name__, before, self.judge.report())
         rewards, per_turn, k = [], [], 0
         for requests in per_transcript:
             verdict_sets, k = answers[k:k + len(requests)], k + len(requests)

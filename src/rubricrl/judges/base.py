@@ -120,6 +120,19 @@ class JudgeReport:
         return asdict(self)
 
 
+def verifier_ids(report: JudgeReport) -> frozenset[str]:
+    """The judge ids of the verifiers of every critic judge in a report (judges/critic.py: a report with
+    parts `critic` and `verifier`), at any depth: the verdicts with these ids are the verified ones."""
+    found: set[str] = set()
+    stack = [report]
+    while stack:
+        r = stack.pop()
+        if "critic" in r.parts and "verifier" in r.parts:
+            found.add(r.parts["verifier"].judge_id)
+        stack.extend(r.parts.values())
+    return frozenset(found)
+
+
 def combined_cache(reports: Sequence[JudgeReport]) -> CacheUsage | None:
     """The sum of the reports' cache usage, None when none of them has a cache."""
     caches = [r.cache for r in reports if r.cache is not None]
@@ -154,3 +167,24 @@ class StatsJudge:
 
     def report(self) -> JudgeReport:
         return JudgeReport(self.judge_id, self.stats.snapshot())
+
+
+class WrapperJudge:
+    """A judge around another one, `inner` (the verdict cache, a calibration, pairwise judging's parts):
+    its `stats` and `explains` are the inner judge's, and its report is the inner judge's report under
+    this judge's id. A wrapper that adds to the report (the cache: its hits and misses) overrides
+    `report` and starts from `super().report()`."""
+
+    inner: Judge
+    judge_id: str
+
+    @property
+    def stats(self) -> JudgeStats:
+        return self.inner.stats
+
+    @property
+    def explains(self) -> bool:
+        return self.inner.explains
+
+    def report(self) -> JudgeReport:
+        return replace(self.inner.report(), judge_id=self.judge_id)

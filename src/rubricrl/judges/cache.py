@@ -18,7 +18,7 @@ from pathlib import Path
 from rubricrl.core.messages import Conversation
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict
-from rubricrl.judges.base import CacheUsage, Judge, JudgeReport, JudgeRequest, JudgeStats
+from rubricrl.judges.base import CacheUsage, Judge, JudgeReport, JudgeRequest, WrapperJudge
 
 SCHEMA_VERSION = 1
 
@@ -71,7 +71,7 @@ class VerdictCache:
             self._db.close()
 
 
-class CachedJudge:
+class CachedJudge(WrapperJudge):
     """Answers from the cache where it can and sends only the misses to the wrapped judge."""
 
     def __init__(self, inner: Judge, cache: VerdictCache):
@@ -79,19 +79,11 @@ class CachedJudge:
         self.judge_id = inner.judge_id
         self.hits = self.misses = 0
 
-    @property
-    def stats(self) -> JudgeStats:
-        return self.inner.stats
-
-    @property
-    def explains(self) -> bool:
-        return self.inner.explains
-
     def report(self) -> JudgeReport:
         """The inner judge's report with this cache's hits and misses (added to any cache inside)."""
-        inner = self.inner.report()
+        inner = super().report()
         own = CacheUsage(self.hits, self.misses)
-        return replace(inner, judge_id=self.judge_id, cache=own + inner.cache if inner.cache else own)
+        return replace(inner, cache=own + inner.cache if inner.cache else own)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         keys = [[verdict_key(self.judge_id, r.conversation, r.response, c) for c in r.criteria] for r in requests]

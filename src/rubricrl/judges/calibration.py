@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rubricrl.core.jsonl import read_text
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict
-from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeRequest, WrapperJudge
 from rubricrl.judges.exemplar import criterion_key
 
 MIN_PER_CLASS = 3
@@ -104,24 +103,13 @@ def recalibrate(verdict: Verdict, criterion: Criterion, calibration: Calibration
                                       "evidence": f"{verdict.evidence}; {note}" if verdict.evidence else note})
 
 
-class CalibratedJudge:
-    """Wraps a judge; its judge id gains `#cal-<hash>` so caches never mix calibrated verdicts."""
+class CalibratedJudge(WrapperJudge):
+    """Wraps a judge; its judge id gains `#cal-<hash>` so caches never mix calibrated verdicts. Its report is
+    the inner judge's (cache, endpoints, ...) under the calibrated judge id."""
 
     def __init__(self, inner: Judge, calibration: Calibration):
         self.inner, self.calibration = inner, calibration
         self.judge_id = f"{inner.judge_id}#cal-{calibration.content_hash()}"
-
-    @property
-    def stats(self) -> JudgeStats:
-        return self.inner.stats
-
-    @property
-    def explains(self) -> bool:
-        return self.inner.explains
-
-    def report(self) -> JudgeReport:
-        """The inner judge's report (cache, endpoints, ...) under the calibrated judge id."""
-        return replace(self.inner.report(), judge_id=self.judge_id)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         answers = await self.inner.judge(requests)

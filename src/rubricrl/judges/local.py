@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rubricrl.llm.models import EMBEDDED, load_causal_lm
 from rubricrl.core.verdicts import Status, Verdict, error_verdict
@@ -73,26 +74,18 @@ class LocalJudge(StatsJudge):
 
     def judge_sync(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         out: list[list[Verdict]] = [[] for _ in requests]
-        groups: dict[tuple, list[int]] = {}
+        judged: list[int] = []
         for i, req in enumerate(requests):
-            if not req.criteria:
-                continue
-            if not req.response.strip():
+            if req.criteria and not req.response.strip():
                 out[i] = [self._verdict(c.id, None, "precheck: empty response cannot meet a criterion")
                           for c in req.criteria]
-            else:
-                groups.setdefault(req.conversation, []).append(i)
-        for indices in groups.values():
-            group = [requests[i] for i in indices]
-            try:
-                probabilities = self.probabilities(group, shared=True)
-            except Exception as exc:  # noqa: BLE001 - any failure becomes counted error verdicts
-                probabilities = [f"{type(exc).__name__}: {exc}"] * len(group)
-            for i, req, probs in zip(indices, group, probabilities):
-                if isinstance(probs, str):
-                    out[i] = [error_verdict(c.id, self.judge_id, probs) for c in req.criteria]
-                else:
-                    out[i] = [self._verdict(c.id, p) for c, p in zip(req.criteria, probs)]
+            elif req.criteria:
+                judged.append(i)
+        found = by_conversation(requests, judged, self.probabilities,
+                                lambda req, why: [error_verdict(c.id, self.judge_id, why) for c in req.criteria],
+                                lambda req, probs: [self._verdict(c.id, p) for c, p in zip(req.criteria, probs)])
+        for i, verdicts in found.items():
+            out[i] = verdicts
         for verdicts in out:
             self.stats.count(verdicts)
         return out
@@ -111,26 +104,39 @@ class LocalJudge(StatsJudge):
     def probabilities(self, requests: Sequence[JudgeRequest], shared: bool = True) -> list[list[Probability] | str]:
         """Per request, one Probability per criterion (or an error string). All requests must share
         one conversation. `shared=False` runs the naive one-prompt-per-criterion computation."""
-        if len({r.conversation for r in requests}) > 1:
-            raise ValueError("probabilities() takes requests that share one conversation")
-        prefix, packs, out = None, [], [None] * len(requests)
-        for i, req in enumerate(requests):
+
+        def pieces(req: JudgeRequest):
             if len(req.response) > self.max_context * 16:  # far past any tokenisation of the context
-                out[i] = f"too_long: response of {len(req.response)} chars exceeds the judge context"
-                continue
-            pieces = render_pieces(self.tokenizer, req.conversation, req.response, [c.text for c in req.criteria])
-            prefix = prefix or self._encode(pieces.head)
-            pack = _Pack(i, self._encode(pieces.response_part), [self._encode(s) for s in pieces.criterion_parts])
-            needed = len(prefix) + len(pack.response) + max(len(s) for s in pack.suffixes)
-            if needed > self.max_context:
-                out[i] = f"too_long: {needed} prompt tokens exceed the judge context of {self.max_context}"
-                continue
-            packs.append(pack)
+                return f"too_long: response of {len(req.response)} chars exceeds the judge context"
+            return render_pieces(self.tokenizer, req.conversation, req.response, [c.text for c in req.criteria])
+
+        prefix, packs, out = self._packs(requests, pieces)
         if packs:
             compute = self._shared_prefix if shared else self._naive
             for pack, probs in zip(packs, compute(prefix, packs)):
                 out[pack.index] = probs
         return out
+
+    def _packs(self, requests: Sequence, pieces: Callable) -> tuple[list[int], list[_Pack], list]:
+        """The shared prefix and one pack per request of one conversation, from `pieces(request)` (the rendered
+        prompt pieces, or an error string); `out` holds the error strings of requests that cannot be packed
+        (too long for the context) and None for the packed ones."""
+        if len({r.conversation for r in requests}) > 1:
+            raise ValueError("the requests of one token tree must share one conversation")
+        prefix, packs, out = [], [], [None] * len(requests)
+        for i, req in enumerate(requests):
+            rendered = pieces(req)
+            if isinstance(rendered, str):
+                out[i] = rendered
+                continue
+            prefix = prefix or self._encode(rendered.head)
+            pack = _Pack(i, self._encode(rendered.response_part), [self._encode(s) for s in rendered.criterion_parts])
+            needed = len(prefix) + len(pack.response) + max(len(s) for s in pack.suffixes)
+            if needed > self.max_context:
+                out[i] = f"too_long: {needed} prompt tokens exceed the judge context of {self.max_context}"
+                continue
+            packs.append(pack)
+        return prefix, packs, out
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -210,23 +216,11 @@ class LocalJudge(StatsJudge):
         return await asyncio.to_thread(self.compare_sync, requests)
 
     def compare_sync(self, requests: Sequence[PairRequest]) -> list[list[Preference]]:
-        out: list[list[Preference]] = [[] for _ in requests]
-        groups: dict[tuple, list[int]] = {}
-        for i, req in enumerate(requests):
-            if req.criteria:
-                groups.setdefault(req.conversation, []).append(i)
-        for indices in groups.values():
-            group = [requests[i] for i in indices]
-            try:
-                found = self.pair_probabilities(group)
-            except Exception as exc:  # noqa: BLE001 - any failure becomes undecided preferences with a reason
-                found = [f"{type(exc).__name__}: {exc}"] * len(group)
-            for i, req, probs in zip(indices, group, found):
-                if isinstance(probs, str):
-                    out[i] = [Preference(c.id, None, reason=probs, judge_id=self.pair_judge_id) for c in req.criteria]
-                else:
-                    out[i] = [self._preference(c.id, p) for c, p in zip(req.criteria, probs)]
-        return out
+        found = by_conversation(
+            requests, [i for i, req in enumerate(requests) if req.criteria], self.pair_probabilities,
+            lambda req, why: [Preference(c.id, None, reason=why, judge_id=self.pair_judge_id) for c in req.criteria],
+            lambda req, probs: [self._preference(c.id, p) for c, p in zip(req.criteria, probs)])
+        return [found.get(i, []) for i in range(len(requests))]
 
     def _preference(self, criterion_id: str, p: PairProbability) -> Preference:
         winner = max(zip((p.p_a, p.p_b, p.p_tie), WINNERS), key=lambda x: x[0])[1]
@@ -237,24 +231,16 @@ class LocalJudge(StatsJudge):
     def pair_probabilities(self, requests: Sequence[PairRequest]) -> list[list[PairProbability] | str]:
         """Per request, one PairProbability per criterion (or an error string); one conversation, one
         shared prefix pass, one packed row per request (both responses, then every criterion)."""
-        if len({r.conversation for r in requests}) > 1:
-            raise ValueError("pair_probabilities() takes requests that share one conversation")
         if self._pair_ids is None:
             self._pair_ids = pair_token_ids(self.tokenizer)
-        prefix, packs, out = None, [], [None] * len(requests)
-        for i, req in enumerate(requests):
+
+        def pieces(req: PairRequest):
             if len(req.response_a) + len(req.response_b) > self.max_context * 16:
-                out[i] = "too_long: the two responses exceed the judge context"
-                continue
-            pieces = render_pair_pieces(self.tokenizer, req.conversation, req.response_a, req.response_b,
-                                        [c.text for c in req.criteria])
-            prefix = prefix or self._encode(pieces.head)
-            pack = _Pack(i, self._encode(pieces.response_part), [self._encode(s) for s in pieces.criterion_parts])
-            needed = len(prefix) + len(pack.response) + max(len(s) for s in pack.suffixes)
-            if needed > self.max_context:
-                out[i] = f"too_long: {needed} prompt tokens exceed the judge context of {self.max_context}"
-                continue
-            packs.append(pack)
+                return "too_long: the two responses exceed the judge context"
+            return render_pair_pieces(self.tokenizer, req.conversation, req.response_a, req.response_b,
+                                      [c.text for c in req.criteria])
+
+        prefix, packs, out = self._packs(requests, pieces)
         if packs:
             for pack, probs in zip(packs, self._shared_prefix(prefix, packs, self._read_pair, PairProbability)):
                 out[pack.index] = probs
@@ -269,6 +255,27 @@ class LocalJudge(StatsJudge):
         probs = torch.softmax(answers, dim=-1)
         mass = answers.exp().sum(dim=-1)
         return [(float(p[0]), float(p[1]), float(p[2]), float(m)) for p, m in zip(probs, mass)]
+
+
+def by_conversation(requests: Sequence, indices: Sequence[int], compute: Callable[[list], list],
+                    failed: Callable[[Any, str], list], made: Callable[[Any, list], list]) -> dict[int, list]:
+    """The requests at `indices` grouped by conversation (one shared prefix each) and computed a group at a
+    time by `compute(group)`, which gives per request a list of probabilities or an error string (a group
+    that raises gives its exception to every request of it). Returns, per index, `made(request, probs)` or
+    `failed(request, reason)`. Used by the yes/no judge and the pairwise mode alike."""
+    groups: dict[tuple, list[int]] = {}
+    for i in indices:
+        groups.setdefault(requests[i].conversation, []).append(i)
+    out: dict[int, list] = {}
+    for members in groups.values():
+        group = [requests[i] for i in members]
+        try:
+            found = compute(group)
+        except Exception as exc:  # noqa: BLE001 - any failure becomes error verdicts / undecided preferences
+            found = [f"{type(exc).__name__}: {exc}"] * len(group)
+        for i, req, probs in zip(members, group, found):
+            out[i] = failed(req, probs) if isinstance(probs, str) else made(req, probs)
+    return out
 
 
 def _tree_batch(packs: list[_Pack], offset: int, pad_id: int):

@@ -29,7 +29,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from rubricrl.core.messages import Conversation
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
-from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats
+from rubricrl.judges.base import Judge, JudgeRequest, JudgeStats, WrapperJudge
 from rubricrl.judges.cache import CachedJudge
 from rubricrl.judges.calibration import CalibratedJudge
 from rubricrl.judges.defences import screen
@@ -163,24 +163,13 @@ def pairwise_judge_of(judge: Judge | None) -> PairwiseJudge | None:
     return judge if isinstance(judge, PairwiseJudge) else None
 
 
-class _Deferring:
+class _Deferring(WrapperJudge):
     """The model judge's place in the pointwise router: hard rules go to the model judge, every other
     criterion comes back `skipped` (DEFERRED) for the pairwise judge."""
 
     def __init__(self, model_judge: Judge):
         self.inner = model_judge
         self.judge_id = model_judge.judge_id
-
-    @property
-    def stats(self) -> JudgeStats:
-        return self.inner.stats
-
-    @property
-    def explains(self) -> bool:
-        return self.inner.explains
-
-    def report(self) -> JudgeReport:
-        return self.inner.report()
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         hard = [(i, JudgeRequest(r.conversation, r.response, tuple(c for c in r.criteria if c.kind == "hard_rule")))
@@ -208,8 +197,9 @@ class PairItem:
     verdicts_b: Sequence[Verdict]
 
 
-class PairwiseRubricJudge:
-    """A routed judge's rule, exemplar and gate decisions pointwise, its model judge pairwise (module doc)."""
+class PairwiseRubricJudge(WrapperJudge):
+    """A routed judge's rule, exemplar and gate decisions pointwise, its model judge pairwise (module doc).
+    Its stats and report are its pointwise router's (`inner`); `pair_stats` counts the pairwise work."""
 
     def __init__(self, routed: RoutedJudge, *, soft: bool = True):
         pairwise = pairwise_judge_of(routed.model_judge)
@@ -218,16 +208,10 @@ class PairwiseRubricJudge:
                              "`openai` or `llamacpp` model judge in the spec (not an ensemble)")
         self.pairwise = pairwise
         self.router = RoutedJudge(_Deferring(routed.model_judge), routed.exemplar_judge, routed.defences, routed.gate)
+        self.inner = self.router
         self.judge_id = f"{self.router.judge_id}#pairwise"
         self.soft = soft
         self.pair_stats = PairwiseStats()
-
-    @property
-    def stats(self) -> JudgeStats:
-        return self.router.stats
-
-    def report(self) -> JudgeReport:
-        return self.router.report()
 
     async def pointwise(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         return await self.router.judge(requests)

@@ -114,7 +114,7 @@ class RubricReward:
         log_metric = columns.get("log_metric")
         _log_metrics(log_metric, self.__name__, records, len(requests), len(texts))
         if log_metric is not None:
-            _log_judge_spend(log_metric, self.__name__, before, self.judge.report())
+            log_judge_spend(log_metric, self.__name__, before, self.judge.report())
         return rewards
 
     def _rubrics(self, column: Sequence[Any] | None, n: int) -> list[Rubric]:
@@ -154,21 +154,24 @@ class RubricReward:
         return score, ""
 
 
-def _log_judge_spend(log_metric: Callable[[str, float], None], name: str, before: JudgeReport,
+def log_judge_spend(log_metric: Callable[[str, float], None], name: str, before: JudgeReport,
                      after: JudgeReport) -> None:
     """The judge's spend in one call (model calls, tokens, cost); for a critic judge, the criteria it
-    verified, left unverified and found failed; for a judge with defences (the router), the defences
-    that fired."""
+    verified, left unverified and found failed, and `critic_saved`, unverified / (verified + unverified):
+    the share of verifier verdicts (verifier calls in the per-criterion and logprob modes) it saved; for a
+    judge with defences (the router), the defences that fired."""
     for key, start, now in zip(("judge_calls", "judge_tokens", "judge_cost"),
                                (before.stats.model_calls, before.stats.tokens, before.stats.cost),
                                (after.stats.model_calls, after.stats.tokens, after.stats.cost)):
         log_metric(f"{name}/{key}", float(now - start))
     s0, s1 = before.stats, after.stats
     if s1.verified or s1.unverified:  # a critic judge (judges/critic.py): what it sent to its verifier
-        for key, start, now in zip(("judge_verified", "judge_unverified", "critic_confirmed"),
-                                   (s0.verified, s0.unverified, s0.confirmed),
-                                   (s1.verified, s1.unverified, s1.confirmed)):
-            log_metric(f"{name}/{key}", float(now - start))
+        verified, unverified = s1.verified - s0.verified, s1.unverified - s0.unverified
+        log_metric(f"{name}/judge_verified", float(verified))
+        log_metric(f"{name}/judge_unverified", float(unverified))
+        log_metric(f"{name}/critic_confirmed", float(s1.confirmed - s0.confirmed))
+        # the verifier verdicts the critic saved, as a share: one verifier call each in the per-criterion modes
+        log_metric(f"{name}/critic_saved", unverified / (verified + unverified) if verified + unverified else 0.0)
     d0, d1 = before.defences, after.defences
     if d0 is not None and d1 is not None:
         for key, start, now in zip(("defence_prechecked", "defence_neutralised", "defence_downgraded",

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from rubricrl.judges.base import Judge
 from rubricrl.core.verdicts import Verdict
 from rubricrl.rewards.rows import RowInput, judge_rows
+
+T = TypeVar("T")
 
 
 class JudgeRunner:
@@ -37,6 +40,11 @@ class JudgeRunner:
     def submit(self, rows: Sequence[RowInput]) -> Future[list[list[Verdict]]]:
         """Start judging `rows` on the runner's loop; the future holds one verdict list per row."""
         return asyncio.run_coroutine_threadsafe(judge_rows(self.judge, rows), self._running_loop())
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine that uses the runner's judge (pairwise rewards, say) on the runner's loop, waiting
+        in the calling thread."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._running_loop()).result(timeout)
 
     def run(self, rows: Sequence[RowInput], timeout: float | None = None) -> list[list[Verdict]]:
         """Verdicts for `rows`, waiting in the calling thread (any thread, running loop or not)."""

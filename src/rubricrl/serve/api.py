@@ -35,13 +35,15 @@ _FINITE = ConfigDict(allow_inf_nan=False)  # a NaN reward is a bug to fail on, n
 
 class OpenRLHFResponse(BaseModel):
     model_config = _FINITE
-    rewards: list[float] = Field(description="reward per row (unclipped points score; 0.0 on a judge error "
-                                             "under error policy `zero`, flagged in extra_logs.rubric_scored)")
+    rewards: list[float] = Field(description="reward per row (unclipped points score, or the win rate in pairwise "
+                                             "mode; 0.0 on a judge error under error policy `zero`, flagged in "
+                                             "extra_logs.rubric_scored)")
     scores: list[float] = Field(description="the reward clipped to [0, 1] (OpenRLHF's dynamic filtering)")
     extra_logs: dict[str, list[float]] = Field(
         description="one number per row under fixed keys (rubric_scored, rubric_points, rubric_coverage, "
-                    "rubric_judge_errors, rubric_skipped, rubric_gated): the same for every row and every "
-                    "request, whatever the row's rubric or outcome")
+                    "rubric_judge_errors, rubric_skipped, rubric_gated, rubric_verified, rubric_unverified, "
+                    "rubric_confirmed, rubric_pairs): the same for every row and every request, whatever the "
+                    "row's rubric or outcome, the judge or the mode")
 
 
 class MessageIn(BaseModel):

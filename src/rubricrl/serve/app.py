@@ -9,11 +9,13 @@ a request not answered within `timeout` seconds (queueing included) gets 504; a 
 headers or body do not arrive within the read timeout gets 408 and its connection closed; unusable
 rows get 422 naming every bad row and field, as does a NaN or infinity anywhere in a body (except a
 NaN label: no label); judge errors follow the error policy (row_rewards.py). Every refusal is
-logged at WARNING with its reason.
+logged at WARNING with its reason. With `mode` pairwise, OpenRLHF's rewards are win rates within each
+prompt's group of `group_size` rows, gathered across requests (serve/groups.py); /v1/score stays pointwise.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import secrets
@@ -28,12 +30,13 @@ from pydantic import ValidationError
 
 from rubricrl import __version__
 from rubricrl.core.messages import as_conversation
-from rubricrl.judges.base import Judge
+from rubricrl.judges.base import Judge, verifier_ids
 from rubricrl.serve.openrlhf import RequestProblems, RowProblem, parse_request
 from rubricrl.rewards.rows import LOG_KEYS, RowInput, RowReward, failures, judge_rows, row_reward
 from rubricrl.rubrics.values import RubricValueError, bundled_names, rubric_value
 from rubricrl.serve.api import (ErrorMessage, FiniteJSONRoute, Health, NonFiniteNumbers, OpenRLHFRequest, OpenRLHFResponse,
                          RowErrors, RowResult, ScoreRequest, ScoreResponse, json_safe)
+from rubricrl.serve.groups import GroupIncomplete, PromptGroups
 from rubricrl.serve.limits import Admission, BodyLimit, QueueFull, ReadDeadline, RequestTimeout, read_timeout_protocol
 from rubricrl.serve.metrics import RejectionLog, RequestMetrics, ServerMetrics
 from rubricrl.serve.settings import ServerSettings
@@ -88,16 +91,24 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
     authorized = _token_check(settings, metrics)
     _error_handlers(app, metrics)
 
-    async def judged(rows: Sequence[RowInput]) -> list[RowReward]:
-        if not rows:
-            return []
+    verifiers = verifier_ids(judge.report())  # a critic judge's verifiers: their verdicts are the verified ones
 
+    async def pointwise(rows: Sequence[RowInput]) -> list[RowReward]:
         async def work():
             metrics.judge_batches.inc()
             return await judge_rows(judge, rows)
 
         verdicts = await admission.run(work, settings.timeout)
-        rewards = [row_reward(r.rubric, v, soft=settings.soft) for r, v in zip(rows, verdicts)]
+        return [row_reward(r.rubric, v, soft=settings.soft, verifiers=verifiers) for r, v in zip(rows, verdicts)]
+
+    rewarded = pointwise
+    if settings.mode == "pairwise":
+        rewarded = _pairwise_groups(app, judge, settings, admission, metrics, verifiers).rewards
+
+    async def judged(rows: Sequence[RowInput], reward_rows=pointwise) -> list[RowReward]:
+        if not rows:
+            return []
+        rewards = await reward_rows(rows)
         for r in rewards:
             metrics.rows.labels(r.status).inc()
             for v in r.verdicts:
@@ -113,7 +124,7 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
 
     async def openrlhf_reward(body: OpenRLHFRequest) -> OpenRLHFResponse:
         rows = parse_request(body.query, body.prompts, body.labels, settings.rubric)
-        rewards = await judged(rows)
+        rewards = await judged(rows, rewarded)
         return OpenRLHFResponse(rewards=[r.reward for r in rewards],
                                 scores=[min(1.0, max(0.0, r.reward)) for r in rewards],
                                 extra_logs=_extra_logs(rewards))
@@ -145,6 +156,34 @@ def create_app(settings: ServerSettings, judge: Judge | None = None) -> FastAPI:
         return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _pairwise_groups(app: FastAPI, judge: Judge, settings: ServerSettings, admission: Admission,
+                     metrics: ServerMetrics, verifiers: frozenset[str]) -> PromptGroups:
+    """OpenRLHF rewards in pairwise mode (serve/groups.py): a prompt's rows gathered across requests, each
+    complete group judged in one admission slot (win rates, rewards/pairwise.py)."""
+    from rubricrl.judges.pairwise import PairwiseRubricJudge
+    from rubricrl.rewards.pairwise import PairwiseRow, pairwise_results, pairwise_row_reward
+
+    pairwise = PairwiseRubricJudge(judge, soft=settings.soft)
+    judged_groups = itertools.count()
+
+    async def judge_group(rows: list[RowInput]) -> list[RowReward]:
+        async def work():
+            metrics.judge_batches.inc()
+            found, cost = await pairwise_results(pairwise, [PairwiseRow(r.conversation, r.response, r.rubric)
+                                                            for r in rows], [list(range(len(rows)))],
+                                                 max_pairs=settings.pairwise_max_pairs, seed=str(next(judged_groups)))
+            metrics.count_pairwise(cost)
+            return found
+
+        found = await admission.run(work, settings.timeout)
+        return [pairwise_row_reward(r.rubric, f, soft=settings.soft, verifiers=verifiers) for r, f in zip(rows, found)]
+
+    groups = PromptGroups(settings.group_size, judge_group, settings.timeout)
+    metrics.group_rows_waiting.set_function(lambda: groups.waiting)
+    app.state.pairwise, app.state.groups = pairwise, groups
+    return groups
 
 
 def _extra_logs(rewards: Sequence[RowReward]) -> dict[str, list[float]]:
@@ -238,6 +277,11 @@ def _error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
         seconds = request.app.state.settings.timeout
         return JSONResponse({"detail": f"not answered within {seconds:g} s (queueing included); send fewer rows "
                                        "per request, add replicas, or raise --timeout"}, status_code=504)
+
+    @app.exception_handler(GroupIncomplete)
+    async def group_incomplete(request: Request, exc: GroupIncomplete) -> JSONResponse:
+        metrics.rejected.labels("group_incomplete").inc()
+        return JSONResponse({"detail": exc.detail()}, status_code=504)
 
     @app.exception_handler(JudgeFailures)
     async def judge_failures(request: Request, exc: JudgeFailures) -> JSONResponse:

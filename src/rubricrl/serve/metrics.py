@@ -34,13 +34,26 @@ class ServerMetrics:
         self.rows = Counter("rubricrl_rows", "Rows answered, by outcome (scored, unscored, judge_error)",
                             ["outcome"], registry=r)
         self.verdicts = Counter("rubricrl_verdicts", "Verdicts in answered rows, by status", ["status"], registry=r)
-        self.judge_batches = Counter("rubricrl_judge_batches", "Calls of the judge (one per request)", registry=r)
+        self.judge_batches = Counter("rubricrl_judge_batches", "Calls of the judge (one per request; pairwise "
+                                     "mode: one per prompt group)", registry=r)
         self.rejected = Counter("rubricrl_rejected", "Requests refused, by reason (unauthorized, body_too_large, "
-                                "read_timeout, invalid_request, queue_full, timeout, invalid_rows, judge_failure)",
-                                ["reason"], registry=r)
+                                "read_timeout, invalid_request, queue_full, timeout, invalid_rows, judge_failure, "
+                                "group_incomplete)", ["reason"], registry=r)
         self.in_flight = Gauge("rubricrl_requests_in_flight", "Requests being judged", registry=r)
         self.queued = Gauge("rubricrl_requests_queued", "Requests waiting for a judging slot", registry=r)
+        self.group_rows_waiting = Gauge("rubricrl_pairwise_rows_waiting", "Pairwise mode: rows waiting for the "
+                                        "other rows of their prompt", registry=r)
+        self.pairwise = {key: Counter(f"rubricrl_pairwise_{key}", doc, registry=r) for key, doc in (
+            ("pairs", "Pairwise mode: pairs of rows scheduled"),
+            ("judged_pairs", "Pairwise mode: pairs that needed the pairwise judge"),
+            ("comparisons", "Pairwise mode: criterion preferences asked of the pairwise judge (both orders)"),
+            ("disagreements", "Pairwise mode: criterion preferences whose two orders disagreed (a tie)"))}
         r.register(JudgeCollector(judge))
+
+    def count_pairwise(self, cost) -> None:
+        """Add one group's PairwiseCost (rewards/pairwise.py)."""
+        for key, value in cost.to_dict().items():
+            self.pairwise[key].inc(value)
 
     def route(self, path: str) -> str:
         """The route label: known paths only, so arbitrary URLs cannot grow the label set."""
@@ -59,12 +72,18 @@ class JudgeCollector(Collector):
             ("model_calls", "Judge model forward passes or HTTP calls"),
             ("tokens", "Judge model tokens"),
             ("verdicts", "Verdicts the judge produced (cache hits excluded)"),
-            ("error_verdicts", "Error verdicts the judge produced"))}
+            ("error_verdicts", "Error verdicts the judge produced"),
+            ("verified", "Critic mode: criteria sent to the verifier"),
+            ("unverified", "Critic mode: criteria left with the critic's estimate (verifier calls saved)"),
+            ("confirmed", "Critic mode: verified criteria the verifier found failed"))}
         for part, r in (report.parts or {"judge": report}).items():
             families["model_calls"].add_metric([part], r.stats.model_calls)
             families["tokens"].add_metric([part], r.stats.tokens)
             families["verdicts"].add_metric([part], r.stats.verdicts)
             families["error_verdicts"].add_metric([part], r.stats.errors)
+            families["verified"].add_metric([part], r.stats.verified)
+            families["unverified"].add_metric([part], r.stats.unverified)
+            families["confirmed"].add_metric([part], r.stats.confirmed)
         yield from families.values()
         cache = report.cache or CacheUsage()
         hits = CounterMetricFamily("rubricrl_judge_cache_hits", "Verdicts answered from the verdict cache")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,11 +45,35 @@ class ServerSettings(BaseModel):
         f"default: --timeout, at most {DEFAULT_READ_TIMEOUT:g}"))
     error_policy: ErrorPolicy = "zero"
     soft: bool = Field(default=True, description="score model verdicts by p_met (as RubricReward)")
+    mode: Literal["pointwise", "pairwise"] = Field(default="pointwise", description=(
+        "OpenRLHF rewards: each row's rubric score (pointwise), or its criterion-weighted win rate against the "
+        "other rows of its prompt (pairwise; /v1/score stays pointwise)"))
+    group_size: int | None = Field(default=None, ge=2, description=(
+        "pairwise: rows per prompt to compare (OpenRLHF's --n_samples_per_prompt), gathered across requests"))
+    pairwise_max_pairs: int | None = Field(default=None, ge=1, description="pairwise: at most this many pairs "
+                                                                          "per group (default: every pair)")
 
     @property
     def read_seconds(self) -> float:
         """The read timeout in force: `read_timeout`, or `timeout` capped at DEFAULT_READ_TIMEOUT."""
         return self.read_timeout if self.read_timeout is not None else min(self.timeout, DEFAULT_READ_TIMEOUT)
+
+    @model_validator(mode="after")
+    def _pairwise(self) -> ServerSettings:
+        if self.mode != "pairwise":
+            if self.group_size is not None or self.pairwise_max_pairs is not None:
+                raise ValueError("group_size and pairwise_max_pairs apply only with mode pairwise")
+            return self
+        if self.group_size is None:
+            raise ValueError("mode pairwise needs group_size: the number of samples per prompt the trainer "
+                             "generates (OpenRLHF's --n_samples_per_prompt); a prompt's rows are compared once that "
+                             "many have arrived")
+        from rubricrl.judges.pairwise import pairwise_spec_problem
+
+        problem = pairwise_spec_problem(self.judge)
+        if problem:
+            raise ValueError(f"mode pairwise: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _secured(self) -> ServerSettings:

@@ -230,9 +230,13 @@ class TrainConfig(BaseModel):
             raise ValueError(f"grpo.per_device_train_batch_size ({batch}) must be a multiple of "
                              f"grpo.num_generations ({gens})")
         if self.dialogue.enabled:
+            if self.reward.mode == "pairwise":
+                raise ValueError("reward.mode: pairwise does not apply to dialogue training: it compares completions "
+                                 "of one prompt with the single-turn rubric reward, while dialogue training rewards "
+                                 "whole conversations (the emotion reward, and dialogue.rubric_per with "
+                                 "reward.judge) pointwise; set reward.mode: pointwise (docs/dialogue.md)")
             clashes = [name for name, on in (("scaffold", self.scaffold.enabled), ("buffer", self.buffer.enabled),
                                              ("reward.structured", self.reward.structured),
-                                             ("reward.mode: pairwise", self.reward.mode == "pairwise"),
                                              ("reward.novelty_weight", self.reward.novelty_weight > 0)) if on]
             if clashes:
                 raise ValueError(f"dialogue training does not combine with {', '.join(clashes)} yet; turn them off")

@@ -6,6 +6,11 @@
   GRPO learns from); `clipped` the share of completions cut off at max_completion_length;
 - `gated`: completions the quality gate stopped (incoherent or deflecting) out of those generated;
   `defences` counts the pre-checks too when any fired; `errors` the judge errors (masked or zeroed);
+- `critic` (a critic judge, judges/critic.py): model-judged criteria sent to the verifier out of all, the
+  share of verifier verdicts saved, and the verified ones confirmed failed (a dialogue run's are those of
+  its rubric reward, `dialogue_rubric/`);
+- `pairs` (`reward.mode: pairwise`): pairs compared, comparisons asked of the pairwise judge (both orders),
+  and those whose two orders disagreed;
 - `pass`: the pass rates of up to `max_criteria` model-judged criteria (rule checks are in
   metrics.jsonl with everything else).
 
@@ -42,6 +47,19 @@ def step_line(step: int, max_steps: int, logs: Mapping[str, float], *, batch: in
     errors = get(f"{reward_name}/judge_errors")
     if errors is not None:
         parts.append(f"errors {errors:.0f}")
+    # a critic judge's counts: the reward's own, else another reward's (a dialogue run's `dialogue_rubric`)
+    critic = reward_name if f"{reward_name}/judge_verified" in logs else next(
+        (k.rsplit("/", 1)[0] for k in sorted(logs) if k.endswith("/judge_verified")), None)
+    verified, unverified = get(f"{critic}/judge_verified"), get(f"{critic}/judge_unverified")
+    if critic is not None and verified is not None and unverified is not None:
+        saved = get(f"{critic}/critic_saved")
+        parts.append(f"critic verified {verified:.0f}/{verified + unverified:.0f}"
+                     + (f" (saved {saved:.0%})" if saved is not None else "")
+                     + f" confirmed {get(f'{critic}/critic_confirmed') or 0.0:.0f}")
+    pairs, comparisons = get(f"{reward_name}/pairwise_pairs"), get(f"{reward_name}/pairwise_comparisons")
+    if pairs is not None and comparisons is not None:
+        parts.append(f"pairs {pairs:.0f} comparisons {comparisons:.0f} "
+                     f"disagreed {get(f'{reward_name}/pairwise_disagreements') or 0.0:.0f}")
     prefix = f"{reward_name}/pass_rate/"
     names = [c for c in criteria if prefix + c in logs] or sorted(k[len(prefix):] for k in logs if k.startswith(prefix))
     rates = [f"{c} {float(logs[prefix + c]):.0%}" for c in names[:max_criteria]]
