@@ -11,8 +11,8 @@ reward) twice:
   both rankings (`fail`, `uncertain`), through the real RoutedJudge and CriticJudge. Groups are judged
   one call per group, in a fixed shuffled order, like training steps; the online critic learns as it goes.
 Printed per setting: verifier calls per reply, the share saved, Spearman's rho between critic-mode and
-exhaustive rewards within each group (mean over groups where both vary; also for the model-judged part
-of the reward alone), the mean absolute reward error and GRPO advantage error against exhaustive
+exhaustive rewards within each group (mean over the groups where the exhaustive reward varies, a group
+the setting gives one reward for all replies counting 0; also for the model-judged part alone), the mean absolute reward error and GRPO advantage error against exhaustive
 verification (advantages as TRL computes them, (r - group mean) / (group std + 1e-4)), and the share of
 verified criteria the verifier found failed (the critic's reward).
 Baselines: the critic alone (no verification) and K criteria chosen at random.
@@ -155,16 +155,19 @@ def run_setting(judge, groups: list[list[int]], requests: list, rubrics: list, m
 
 
 def fidelity(groups: list[list[int]], got: dict, exhaustive: dict) -> tuple[float | None, int]:
-    rhos = []
+    """Mean within-group Spearman's rho over the groups whose exhaustive reward varies; a setting that gives
+    such a group one reward for all replies (no order at all) counts as rho 0. Also returns how many
+    groups that was."""
+    rhos, constant = [], 0
     for group in groups:
         a = [got[i] for i in group]
         b = [exhaustive[i] for i in group]
-        if any(x is None for x in a + b):
+        if any(x is None for x in a + b) or len(set(b)) < 2:
             continue
         rho = spearman(a, b)
-        if rho is not None:
-            rhos.append(rho)
-    return (sum(rhos) / len(rhos) if rhos else None), len(rhos)
+        constant += rho is None
+        rhos.append(0.0 if rho is None else rho)
+    return (sum(rhos) / len(rhos) if rhos else None), constant
 
 
 def advantages(rewards: list[float]):
@@ -191,7 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifier", action="append", choices=("oracle", "local"))
     parser.add_argument("--groups", type=int, default=None, help="only the first N prompt groups (a smoke run)")
-    parser.add_argument("--orders", type=int, default=5, help="group orders for the fixed vs online table (0: none)")
+    parser.add_argument("--orders", type=int, default=10, help="group orders for the fixed vs online table (0: none)")
     parser.add_argument("--local-verdicts", type=Path, default=None,
                         help="JSON file keeping the local verifier's verdicts between runs (read when it exists)")
     args = parser.parse_args()
@@ -251,16 +254,18 @@ def main() -> None:
         exhaustive = run_setting(RoutedJudge(exhaustive_judge, defences=Defences()), groups, requests, rubrics,
                                  model_ids)
         calls_all = exhaustive_judge.stats.model_calls
-        exhaustive_row = ("exhaustive", "-", calls_all / len(items), 0.0, 1.0, 1.0, 1.0, len(groups), 0.0, 0.0, None)
+        varies = sum(len({exhaustive["full"][i] for i in g}) > 1 for g in groups)
+        print(f"the exhaustive reward varies in {varies} of the {len(groups)} groups: rho is averaged over those")
+        exhaustive_row = ("exhaustive", "-", calls_all / len(items), 0.0, 1.0, 1.0, 1.0, 0, 0.0, 0.0, None)
         first, second = [exhaustive_row], [exhaustive_row]
         later = groups[len(groups) // 2:]  # the second half: the online critic has learned from the first
 
         def add(rows: list, label: str, k, calls: int, got: dict, hit: float | None) -> None:
-            rho_full, n_groups = fidelity(groups, got["full"], exhaustive["full"])
+            rho_full, n_constant = fidelity(groups, got["full"], exhaustive["full"])
             rho_model, _ = fidelity(groups, got["model"], exhaustive["model"])
             rho_later, _ = fidelity(later, got["full"], exhaustive["full"])
             reward_error, advantage_error = errors(groups, got["full"], exhaustive["full"])
-            rows.append((label, k, calls / len(items), 1 - calls / calls_all, rho_full, rho_model, rho_later, n_groups,
+            rows.append((label, k, calls / len(items), 1 - calls / calls_all, rho_full, rho_model, rho_later, n_constant,
                          reward_error, advantage_error, hit))
 
         def random_k(k: int, source: dict) -> dict:
@@ -311,12 +316,12 @@ def main() -> None:
 
         for rows in (first, second):
             print("\n| setting | k | verifier calls / reply | saved | rho, reward | rho, model-judged part | "
-                  "rho, reward, 2nd half of groups | groups with rho | reward error | advantage error | "
+                  "rho, reward, 2nd half of groups | groups given one reward | reward error | advantage error | "
                   "verified found failed |")
             print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-            for label, k, per_reply, saved, rho_full, rho_model, rho_later, n_groups, r_err, a_err, hit in rows:
+            for label, k, per_reply, saved, rho_full, rho_model, rho_later, n_constant, r_err, a_err, hit in rows:
                 print(f"| {label} | {k} | {per_reply:.2f} | {saved:.0%} | {fmt(rho_full)} | {fmt(rho_model)} | "
-                      f"{fmt(rho_later)} | {n_groups} | {r_err:.3f} | {a_err:.3f} | "
+                      f"{fmt(rho_later)} | {n_constant} | {r_err:.3f} | {a_err:.3f} | "
                       f"{'-' if hit is None else f'{hit:.0%}'} |")
         print(f"({time.perf_counter() - started:.0f} s so far)", flush=True)
 
