@@ -21,7 +21,8 @@ A second table holds the settings of issue 19's second round (same runs, same gr
 (`budget=group`: k x n verifications per group of n replies, spent on the group's most uncertain
 criteria), the critic's likelier outcome for unverified criteria (`unverified=hard`), and the
 uncertainty cutoff (`u=X`, a variable number of calls per reply), each with the fixed and the online
-critic; plus random k and the critic alone with hard estimates, as controls.
+critic; plus random k and the critic alone with hard estimates, as controls, and an experiment that is
+no spec option: the fixed critic's p_met of a positive criterion times the quality gate's p_ok.
 
 Fixed vs online, fairly: the fixed critic does not depend on the order of the groups, the online one
 does (it learns from the groups before). `--orders N` re-runs the online critic for the settings of the
@@ -243,6 +244,18 @@ def main() -> None:
     hard_estimates = {key: v.model_copy(update={"status": Status.MET if v.p_met >= 0.5 else Status.UNMET,
                                                 "p_met": 1.0 if v.p_met >= 0.5 else 0.0})
                       for key, v in estimates.items()}
+    # an experiment, not a spec option: the exemplar estimate of a positive criterion times the quality gate's
+    # p_ok (the probability that the reply is coherent and does not deflect), as a critic
+    from rubricrl.judges.gate import QualityGate
+
+    gate = QualityGate().assess([i["prompt"] for i in items], [i["reply"] for i in items])
+    weight = {c.id: c.weight for cs in model_criteria.values() for c in cs}
+    p_ok = {i["reply"]: g.p_ok for i, g in zip(items, gate)}
+    gated_estimates = {}
+    for (reply, cid), v in estimates.items():
+        p = v.p_met * p_ok[reply] if weight[cid] > 0 else v.p_met
+        gated_estimates[(reply, cid)] = v.model_copy(update={"p_met": p, "status": Status.MET if p >= 0.5
+                                                             else Status.UNMET})
 
     for name in verifiers:
         table = (oracle_table(items, labels, model_criteria) if name == "oracle"
@@ -279,9 +292,9 @@ def main() -> None:
             return run_setting(RoutedJudge(TableJudge("random", mixed), defences=Defences()), groups, requests,
                                rubrics, model_ids)
 
-        def critic_mode(settings: CriticSettings, online: bool, order: list[list[int]] = groups):
+        def critic_mode(settings: CriticSettings, online: bool, order: list[list[int]] = groups, critic=None):
             verifier = TableJudge(verifier_id, table)
-            critic = OnlineCritic.from_exemplar(exemplar, every=ONLINE_EVERY) if online else exemplar
+            critic = critic or (OnlineCritic.from_exemplar(exemplar, every=ONLINE_EVERY) if online else exemplar)
             judge = CriticJudge(critic, verifier, settings)
             got = run_setting(RoutedJudge(judge, defences=Defences()), order, requests, rubrics, model_ids)
             st = judge.stats
@@ -313,6 +326,10 @@ def main() -> None:
             for online in (False, True):
                 got, calls, hit = critic_mode(settings, online)
                 add(second, f"{'online' if online else 'fixed'} critic, {text}", settings.k or "-", calls, got, hit)
+        for text in [f"k={k},rank=uncertain,budget=group{extra}" for extra in ("", ",unverified=hard") for k in (1, 2)]:
+            settings = CriticSettings.parse(text)
+            got, calls, hit = critic_mode(settings, False, critic=TableJudge("exemplar x gate p_ok", gated_estimates))
+            add(second, f"fixed critic x gate p_ok, {text}", settings.k, calls, got, hit)
 
         for rows in (first, second):
             print("\n| setting | k | verifier calls / reply | saved | rho, reward | rho, model-judged part | "
