@@ -19,10 +19,11 @@ Baselines: the critic alone (no verification) and K criteria chosen at random.
 
 A second table holds the settings of issue 19's second round (same runs, same groups): the group budget
 (`budget=group`: k x n verifications per group of n replies, spent on the group's most uncertain
-criteria), the critic's likelier outcome for unverified criteria (`unverified=hard`), and the
-uncertainty cutoff (`u=X`, a variable number of calls per reply), each with the fixed and the online
-critic; plus random k and the critic alone with hard estimates, as controls, and an experiment that is
-no spec option: the fixed critic's p_met of a positive criterion times the quality gate's p_ok.
+criteria), the critic's likelier outcome for unverified criteria (`unverified=hard`), the uncertainty
+cutoff (`u=X`) and the p_fail cutoff (`p=X`), both with a variable number of calls per reply, each with
+the fixed and the online critic; plus random k and the critic alone with hard estimates, as controls,
+and an experiment that is no spec option: the fixed critic's p_met of a positive criterion times the
+quality gate's p_ok.
 
 Fixed vs online, fairly: the fixed critic does not depend on the order of the groups, the online one
 does (it learns from the groups before). `--orders N` re-runs the online critic for the settings of the
@@ -59,6 +60,7 @@ from judge_on_policy import GOLD, load_gold, read_jsonl, unseen_items  # noqa: E
 
 KS = (1, 2, 4)
 CUTOFFS = (0.05, 0.1, 0.2)  # u=X
+P_CUTOFFS = (0.5, 0.9)  # p=X
 ONLINE_EVERY = 32
 SEED = 0
 # the third table: fixed vs online over several group orders
@@ -321,6 +323,7 @@ def main() -> None:
                                                                       "budget=group,unverified=hard") for k in KS]
         new_settings += [f"k={k},budget=group,unverified=hard" for k in KS]  # rank=fail
         new_settings += [f"u={u}{extra}" for extra in ("", ",unverified=hard") for u in CUTOFFS]
+        new_settings += [f"p={p}{extra}" for extra in ("", ",unverified=hard") for p in P_CUTOFFS]
         for text in new_settings:
             settings = CriticSettings.parse(text)
             for online in (False, True):
