@@ -25,6 +25,11 @@ the fixed and the online critic; plus random k and the critic alone with hard es
 and an experiment that is no spec option: the fixed critic's p_met of a positive criterion times the
 quality gate's p_ok.
 
+Before the tables, per verifier: how predictable it is from the reply (per criterion: its p_met's mean
+and standard deviation, the out-of-fold R^2 of a ridge regression on the reply's sentence embedding,
+folds grouped by prompt, and the correlation with the exemplar critic), and the mean within-group
+standard deviation of the exhaustive reward: what any embedding critic is up against.
+
 Fixed vs online, fairly: the fixed critic does not depend on the order of the groups, the online one
 does (it learns from the groups before). `--orders N` re-runs the online critic for the settings of the
 third table over N shuffled group orders (seeds 0..N-1) and prints, per setting, the fixed critic's rho,
@@ -55,6 +60,8 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
 
 from judge_on_policy import GOLD, load_gold, read_jsonl, unseen_items  # noqa: E402
 
@@ -193,6 +200,35 @@ def errors(groups: list[list[int]], got: dict, exhaustive: dict) -> tuple[float,
     return reward_error, float(np.mean(np.concatenate(adv)))
 
 
+def predictability(items: list[dict], model_criteria: dict, table: dict, estimates: dict, prompts: list[str],
+                   encoder: str) -> None:
+    """How well could any critic that reads the reply's sentence embedding predict this verifier? Per
+    criterion: the verifier's p_met (mean, standard deviation), the out-of-fold R^2 of a ridge regression
+    of it on the reply's embedding (5 folds grouped by prompt, scikit-learn), and its correlation with the
+    bundled exemplar critic's p_met."""
+    from sklearn.linear_model import RidgeCV
+    from sklearn.metrics import r2_score
+    from sklearn.model_selection import GroupKFold, cross_val_predict
+
+    from rubricrl.llm.encoder import embed
+
+    vectors = embed([i["reply"] for i in items], encoder)
+    print("\n| criterion | pairs | verifier p_met, mean | sd | out-of-fold R^2 from the reply's embedding | "
+          "correlation with the exemplar critic |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for cid in sorted({c.id for cs in model_criteria.values() for c in cs}):
+        rows = [n for n, i in enumerate(items) if any(c.id == cid for c in model_criteria[i["rubric"]])]
+        y = np.array([table[(items[n]["reply"], cid)].p_met for n in rows])
+        q = np.array([estimates[(items[n]["reply"], cid)].p_met for n in rows])
+        if y.std() == 0:
+            print(f"| {cid} | {len(rows)} | {y.mean():.3f} | 0 | - (constant) | - |")
+            continue
+        oof = cross_val_predict(RidgeCV(alphas=np.logspace(-2, 3, 12)), vectors[rows], y,
+                                groups=[prompts[n] for n in rows], cv=GroupKFold(5))
+        print(f"| {cid} | {len(rows)} | {y.mean():.3f} | {y.std():.3f} | {r2_score(y, oof):+.2f} | "
+              f"{np.corrcoef(y, q)[0, 1]:+.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verifier", action="append", choices=("oracle", "local"))
@@ -271,6 +307,9 @@ def main() -> None:
         calls_all = exhaustive_judge.stats.model_calls
         varies = sum(len({exhaustive["full"][i] for i in g}) > 1 for g in groups)
         print(f"the exhaustive reward varies in {varies} of the {len(groups)} groups: rho is averaged over those")
+        predictability(items, model_criteria, table, estimates, [prompt_of[i["id"]] for i in items], exemplar.encoder)
+        spread = [float(np.std([exhaustive["full"][i] for i in g])) for g in groups]
+        print(f"within-group standard deviation of the exhaustive reward: mean {np.mean(spread):.3f} (reward scale 0-1)")
         exhaustive_row = ("exhaustive", "-", calls_all / len(items), 0.0, 1.0, 1.0, 1.0, 0, 0.0, 0.0, None)
         first, second = [exhaustive_row], [exhaustive_row]
         later = groups[len(groups) // 2:]  # the second half: the online critic has learned from the first
