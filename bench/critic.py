@@ -22,8 +22,9 @@ A second table holds the settings of issue 19's second round (same runs, same gr
 criteria), the critic's likelier outcome for unverified criteria (`unverified=hard`), the uncertainty
 cutoff (`u=X`) and the p_fail cutoff (`p=X`), both with a variable number of calls per reply, each with
 the fixed and the online critic; plus random k and the critic alone with hard estimates, as controls,
-and an experiment that is no spec option: the fixed critic's p_met of a positive criterion times the
-quality gate's p_ok.
+an experiment that is no spec option: the fixed critic's p_met of a positive criterion times the
+quality gate's p_ok; and hindsight rows (not a critic): per group, the k x n pairs whose estimate is
+furthest from the verifier's verdict are verified, what a critic that knew its own errors would reach.
 
 Before the tables, per verifier: how predictable it is from the reply (per criterion: its p_met's mean
 and standard deviation, the out-of-fold R^2 of a ridge regression on the reply's sentence embedding,
@@ -308,6 +309,9 @@ def main() -> None:
         varies = sum(len({exhaustive["full"][i] for i in g}) > 1 for g in groups)
         print(f"the exhaustive reward varies in {varies} of the {len(groups)} groups: rho is averaged over those")
         predictability(items, model_criteria, table, estimates, [prompt_of[i["id"]] for i in items], exemplar.encoder)
+        wrong = sum(table[key].status is not hard_estimates[key].status for key in hard_estimates)
+        print(f"the critic's likelier outcome (p_met >= 0.5) disagrees with the verifier's status on {wrong} of "
+              f"{len(hard_estimates)} distinct (reply, criterion) pairs")
         spread = [float(np.std([exhaustive["full"][i] for i in g])) for g in groups]
         print(f"within-group standard deviation of the exhaustive reward: mean {np.mean(spread):.3f} (reward scale 0-1)")
         exhaustive_row = ("exhaustive", "-", calls_all / len(items), 0.0, 1.0, 1.0, 1.0, 0, 0.0, 0.0, None)
@@ -331,6 +335,25 @@ def main() -> None:
                 mixed.update({(item["reply"], cid): table[(item["reply"], cid)] if cid in chosen
                               else source[(item["reply"], cid)] for cid in ids})
             return run_setting(RoutedJudge(TableJudge("random", mixed), defences=Defences()), groups, requests,
+                               rubrics, model_ids)
+
+        def hindsight(k: int, source: dict) -> dict:
+            """Not a critic: per group, the k x n (reply, criterion) pairs whose estimate is furthest from the
+            verifier's verdict (|weight| x |difference|) are verified: what a critic that knew its own errors
+            would reach with the group budget (greedy by error size, not by effect on the order, so no strict
+            upper bound)."""
+            mixed = {}
+            for group in groups:
+                pairs = [(abs(c.weight) * abs(table[(items[n]["reply"], c.id)].p_met
+                                              - source[(items[n]["reply"], c.id)].p_met), n, c.id)
+                         for n in group for c in model_criteria[items[n]["rubric"]]]
+                pairs.sort(key=lambda t: -t[0])
+                chosen = {(n, cid) for _, n, cid in pairs[:k * len(group)]}
+                for n in group:
+                    for c in model_criteria[items[n]["rubric"]]:
+                        key = (items[n]["reply"], c.id)
+                        mixed[key] = table[key] if (n, c.id) in chosen else source[key]
+            return run_setting(RoutedJudge(TableJudge("hindsight", mixed), defences=Defences()), groups, requests,
                                rubrics, model_ids)
 
         def critic_mode(settings: CriticSettings, online: bool, order: list[list[int]] = groups, critic=None):
@@ -372,6 +395,10 @@ def main() -> None:
             settings = CriticSettings.parse(text)
             got, calls, hit = critic_mode(settings, False, critic=TableJudge("exemplar x gate p_ok", gated_estimates))
             add(second, f"fixed critic x gate p_ok, {text}", settings.k, calls, got, hit)
+        for mode, source in (("soft", estimates), ("hard", hard_estimates)):
+            for k in (1, 2):
+                add(second, f"hindsight (not a critic: largest errors verified), budget=group,unverified={mode}", k,
+                    sum(min(k, len(m)) for m in model_ids), hindsight(k, source), None)
 
         for rows in (first, second):
             print("\n| setting | k | verifier calls / reply | saved | rho, reward | rho, model-judged part | "
