@@ -340,7 +340,7 @@ def test_spec_builds_a_critic_judge_behind_the_router():
     ("critic:k=2:exemplar", "name one critic and one verifier judge separated by one `>`"),
     ("critic:k=2:exemplar>local>local", "name one critic and one verifier judge separated by one `>`"),
     ("critic:k=2:>local", "name one critic and one verifier judge"),
-    ("critic:rank=fail:exemplar>local", "a critic needs a budget: k=N (top N per reply) and/or p=X"),
+    ("critic:rank=fail:exemplar>local", "a critic needs a budget: k=N (top N per reply), p=X (p_fail >= X) and/or u=X"),
     ("critic:k=0:exemplar>local", "k=0: verify at least one criterion per reply"),
     ("critic:k=two:exemplar>local", "critic setting 'k=two': 'two' is not an integer"),
     ("critic:p=1.5:exemplar>local", "p=1.5: the cutoff is a probability in (0, 1]"),
@@ -379,3 +379,140 @@ def test_dialogue_rubric_reward_logs_critic_counts_per_call():
             logged["dialogue_rubric/critic_confirmed"], logged["dialogue_rubric/critic_saved"]) == (4.0, 4.0, 4.0, 0.5)
     # the stub critic counts one call per turn judged, the stub verifier one per verified criterion: 2 + 4
     assert logged["dialogue_rubric/judge_calls"] == 2.0 + 4.0
+
+
+# -- the group budget, the uncertainty cutoff, hard estimates ------------------------------------------
+
+# rank=uncertain scores |w| p_fail (1 - p_fail):
+# SURE   a 3 * .01 * .99 = .0297, b 2 * .02 * .98 = .0392, p 2 * .01 * .99 = .0198, c 1 * .03 * .97 = .0291
+# UNSURE a 3 * .5 * .5 = .75,     b 2 * .6 * .4 = .48,     p 2 * .5 * .5 = .5,      c 1 * .7 * .3 = .21
+SURE = {"a": 0.99, "b": 0.98, "p": 0.01, "c": 0.97}
+UNSURE = {"a": 0.5, "b": 0.4, "p": 0.5, "c": 0.3}
+
+
+class ReplyCritic(Critic):
+    """Scripted p_met per reply and criterion id."""
+
+    def __init__(self, by_reply: dict):
+        super().__init__({})
+        self.by_reply = by_reply
+
+    async def judge(self, requests):
+        out = []
+        for r in requests:
+            self.p = self.by_reply[r.response]
+            out += await super().judge([r])
+        return out
+
+
+def judge_group(requests, by_reply, **settings):
+    verifier = Verifier({"a": "met", "b": "unmet", "p": "unmet", "c": "met"})
+    judge = CriticJudge(ReplyCritic(by_reply), verifier, CriticSettings(**settings))
+    return judge, verifier, asyncio.run(judge.judge(requests))
+
+
+def test_group_budget_spends_k_times_n_verifications_where_the_group_is_least_sure():
+    same, other = as_conversation("my exam went badly"), as_conversation("my dog died")
+    requests = [JudgeRequest(same, "r1", CRITERIA), JudgeRequest(same, "r2", CRITERIA),
+                JudgeRequest(other, "r3", CRITERIA)]
+    by_reply = {"r1": SURE, "r2": UNSURE, "r3": SURE}
+    # per reply, k=1: each reply's top criterion (r1 and r3: b .0392; r2: a .75)
+    _, verifier, _ = judge_group(requests, by_reply, k=1, rank="uncertain")
+    assert verifier.asked == [("r1", ["b"]), ("r2", ["a"]), ("r3", ["b"])]
+    # budget=group, k=1: r1 and r2 share 1 x 2 = 2 verifications, both go to r2 (a .75, p .5); r3 is a
+    # group of one (another conversation) and keeps its own 1
+    judge, verifier, rows = judge_group(requests, by_reply, k=1, rank="uncertain", budget="group")
+    assert verifier.asked == [("r2", ["a", "p"]), ("r3", ["b"])]
+    assert all(v.unverified for v in rows[0])
+    assert rows[0][0].reason == ("unverified: p_fail=0.010, not among the 1 x 2 criteria ranked first in its group "
+                                 "of 2 replies (uncertain)")
+    assert rows[2][0].reason.endswith("not among the 1 x 1 criteria ranked first in its group of 1 replies (uncertain)")
+    assert (judge.stats.verified, judge.stats.unverified) == (3, 9)
+    # k=2: 4 verifications for r1 and r2, all r2's (a .75, p .5, b .48, c .21 all above r1's best, b .0392);
+    # r3 alone keeps 2: b .0392 and a .0297 (asked in rubric order)
+    _, verifier, _ = judge_group(requests, by_reply, k=2, rank="uncertain", budget="group")
+    assert verifier.asked == [("r2", ["a", "b", "p", "c"]), ("r3", ["a", "b"])]
+
+
+def test_group_budget_ties_and_criteria_without_an_estimate():
+    conv = as_conversation("hi")
+    flat = {"a": 0.5, "b": 0.5, "p": 0.5, "c": 0.5}
+    requests = [JudgeRequest(conv, "r1", CRITERIA), JudgeRequest(conv, "r2", CRITERIA)]
+    # every p_fail 0.5 (rank=fail): larger |weight| first, then reply order, then rubric order: budget 2 -> both a;
+    # budget 4 -> both a, then the |weight| 2 ones of r1 (b, p) before those of r2
+    _, verifier, _ = judge_group(requests, {"r1": flat, "r2": flat}, k=1, budget="group")
+    assert verifier.asked == [("r1", ["a"]), ("r2", ["a"])]
+    _, verifier, _ = judge_group(requests, {"r1": flat, "r2": flat}, k=2, budget="group")
+    assert verifier.asked == [("r1", ["a", "b", "p"]), ("r2", ["a"])]
+    # a criterion without an estimate is verified on top of the group's budget
+    _, verifier, _ = judge_group(requests, {"r1": {**SURE, "c": None}, "r2": UNSURE}, k=1, rank="uncertain",
+                                 budget="group")
+    assert verifier.asked == [("r1", ["c"]), ("r2", ["a", "p"])]
+
+
+def test_group_budget_through_the_reward_pools_by_prompt():
+    rubric = Rubric(id="r", criteria=list(CRITERIA))
+    critic = ReplyCritic({"sure": SURE, "unsure": UNSURE})
+    verifier = Verifier({"a": "met", "b": "unmet", "p": "unmet", "c": "met"})
+    reward = RubricReward(RoutedJudge(CriticJudge(critic, verifier, CriticSettings(k=1, rank="uncertain",
+                                                                                   budget="group"))), rubric)
+    reward(["first prompt", "first prompt", "second prompt", "second prompt"], ["sure", "unsure", "unsure", "sure"])
+    # two GRPO groups of two in one reward call: each spends its 2 verifications on its unsure reply
+    assert verifier.asked == [("unsure", ["a", "p"]), ("unsure", ["a", "p"])]
+
+
+def test_uncertainty_cutoff():
+    # min(p_fail, 1 - p_fail): a .1, b .3, p .4, c .5
+    judge, _, verifier = critic_judge(doubt=0.35)
+    [row] = run(judge)
+    assert verifier.asked == [("reply", ["p", "c"])]
+    assert row[1].reason == "unverified: p_fail=0.700, the critic's likelier outcome is wrong with p=0.300 < u=0.35"
+    judge, _, verifier = critic_judge(doubt=0.5)
+    run(judge)
+    assert verifier.asked == [("reply", ["c"])]  # >= is inclusive
+    judge, _, verifier = critic_judge(doubt=0.35, k=1, rank="uncertain")
+    run(judge)
+    assert verifier.asked == [("reply", ["p"])]  # p .48 before c .25
+    judge, _, verifier = critic_judge(doubt=0.2, cutoff=0.65)
+    run(judge)
+    assert verifier.asked == [("reply", ["b"])]  # both cutoffs: b (p_fail .7, .3) only
+
+
+def test_unverified_hard_scores_the_critics_likelier_outcome():
+    rubric = Rubric(id="r", criteria=list(CRITERIA))
+    critic_p = {"a": 0.9, "b": 0.3, "p": 0.6, "c": 0.45}  # p_fail: a .1, b .7, p .6, c .55 -> k=2 verifies b, p
+    for mode, expected in (("soft", (3 * 0.9 + 2 * 1.0 - 2 * 0.0 + 1 * 0.45) / 6), ("hard", (3 + 2 - 0 + 0) / 6)):
+        judge = CriticJudge(Critic(critic_p), Verifier({"b": "met", "p": "unmet"}), CriticSettings(k=2, unverified=mode))
+        [value] = RubricReward(RoutedJudge(judge), rubric)(["hi"], ["reply"])
+        assert value == pytest.approx(expected)
+    judge, _, _ = critic_judge(critic_p={"a": 0.9, "b": 0.3, "p": 0.6, "c": 0.45}, k=1, unverified="hard")
+    a, b, p, c = run(judge)[0]
+    assert not b.unverified  # the one verified
+    assert (a.status, a.p_met, p.status, p.p_met, c.status, c.p_met) == (Status.MET, 1.0, Status.MET, 1.0,
+                                                                        Status.UNMET, 0.0)
+    assert a.unverified and c.evidence == ("unverified: critic estimate p=0.450, scored as its likelier outcome "
+                                           "(unmet); critic says so")
+    judge, _, _ = critic_judge(critic_p={"a": 0.5, "b": 0.3, "p": 0.6, "c": 0.45}, k=1, unverified="hard")
+    assert run(judge)[0][0].status is Status.MET  # p_met 0.5 counts as met
+
+
+def test_new_settings_in_the_spec():
+    judge = make_judge(f"critic:k=2,rank=uncertain,budget=group,unverified=hard,u=0.05:exemplar>{URL}", cache=False)
+    settings = judge.model_judge.settings
+    assert settings == CriticSettings(k=2, rank="uncertain", budget="group", unverified="hard", doubt=0.05)
+    assert judge.model_judge.judge_id.startswith("critic:k=2,u=0.05,rank=uncertain,budget=group,unverified=hard:")
+    assert CriticSettings.parse("u=0.1").label() == "u=0.1"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("critic:u=0.1,budget=group:exemplar>local", "budget=group shares k x (replies in the group) verifications"),
+    ("critic:k=2,budget=batch:exemplar>local", "budget=batch: use one of reply, group"),
+    ("critic:k=2,unverified=maybe:exemplar>local", "unverified=maybe: use one of soft, hard"),
+    ("critic:u=0.6:exemplar>local", "u=0.6: the uncertainty cutoff is the probability"),
+    ("critic:u=0:exemplar>local", "so it lies in (0, 0.5]"),
+    ("critic:u=x:exemplar>local", "critic setting 'u=x': 'x' is not a number"),
+])
+def test_bad_new_settings_say_what_is_wrong(spec, message):
+    with pytest.raises(JudgeSpecError) as info:
+        make_judge(spec, cache=False)
+    assert message in str(info.value)

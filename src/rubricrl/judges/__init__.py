@@ -16,8 +16,10 @@ rule judge; the spec names what decides the other criteria, joined with `+`:
   (default: the embedded model) and judges through it; default mode `logprob`.
 - `critic:SETTINGS:CRITIC>VERIFIER`: a cheap critic (e.g. `exemplar`) ranks the criteria by how likely
   each is failed and an expensive verifier judge (e.g. `local`, `openai:URL`) checks only the top `k=N`
-  (or those with p_fail >= `p=X`); the rest keep the critic's estimate, marked unverified; `online=N`
-  refits the critic from the verifier's outcomes (judges/critic.py), e.g. `critic:k=2:exemplar>local`;
+  (or those with p_fail >= `p=X`, or min(p_fail, 1 - p_fail) >= `u=X`); the rest keep the critic's
+  estimate, marked unverified (`unverified=hard`: its likelier outcome); `budget=group` pools k per reply
+  over the replies to one prompt; `online=N` refits the critic from the verifier's outcomes
+  (judges/critic.py), e.g. `critic:k=2:exemplar>local`;
 - `gate` or `gate:DIR` (optional part, e.g. `gate+exemplar+local`, the default reward judge): the
   quality gate (judges/gate.py): replies it finds incoherent or deflecting get their positive-weight
   model-judged criteria `unmet` before any exemplar or model judge sees them;

@@ -10,11 +10,19 @@ Per reply:
 - a criterion the critic gives no estimate (skipped, error) is always verified;
 - the others are ordered by `rank`: `fail` (default, RLAC's critic: highest p_fail first) or `uncertain`
   (the expected reward error of keeping the estimate, |weight| x p_fail x (1 - p_fail), highest first);
-  ties go to the larger |weight|, then to rubric order. `p=X` keeps those with p_fail >= X; `k=N` keeps
-  the first N of them (both may be given);
+  ties go to the larger |weight|, then to rubric order. `p=X` keeps those with p_fail >= X; `u=X` those
+  whose likelier outcome the critic gets wrong with probability min(p_fail, 1 - p_fail) >= X; `k=N` keeps
+  the first N of them (any of the three may be combined);
+- `budget=group` spends the budget per GRPO group instead of per reply: the requests of one call that
+  share a conversation (the prompt of a group) pool k x (their number) verifications, given to the
+  group's criteria ranked first across all its replies (ties: larger |weight|, then request order, then
+  rubric order), so a reply the critic is sure about leaves its share to one it is not sure about;
 - the verifier's verdict is returned as it is; every other criterion gets the critic's verdict with
   judge id `unverified:<critic id>`, reason `unverified: ...` and evidence `unverified: critic estimate
-  p=...` (`Verdict.unverified` reads the mark). Verifier errors stay errors.
+  p=...` (`Verdict.unverified` reads the mark). With `unverified=hard` it carries the critic's likelier
+  outcome instead of its probability: met with p_met 1 when the critic's p_met >= 0.5, else unmet with
+  p_met 0 (for a verifier whose verdicts are met/unmet, so that an unverified criterion is scored on the
+  verifier's scale). Verifier errors stay errors.
 Rule checks never reach a critic judge: the router (judges/routing.py) sends them to the rule judge.
 
 Training the critic. A critic is rewarded when a criterion it flagged is confirmed failed (`confirmed` in
@@ -49,6 +57,8 @@ if TYPE_CHECKING:
     from rubricrl.judges.registry import BuildOptions
 
 RANKS = ("fail", "uncertain")
+BUDGETS = ("reply", "group")
+UNVERIFIED_MODES = ("soft", "hard")
 MAX_OBSERVATIONS = 2048  # most recent verifications kept per criterion by an online critic
 SPEC_EXAMPLE = "critic:k=2:exemplar>local"
 
@@ -59,22 +69,35 @@ class CriticSpecError(ValueError):
 
 @dataclass(frozen=True)
 class CriticSettings:
-    k: int | None = None  # verify at most k criteria per reply
+    k: int | None = None  # verify at most k criteria per reply (budget=group: k x replies per group)
     cutoff: float | None = None  # verify those with p_fail >= cutoff
     rank: str = "fail"
     online: int | None = None  # refit the critic after every `online` verifications
     prior: float = 1.0  # precision of the online critic's prior around its warm start
+    doubt: float | None = None  # `u=X`: verify those with min(p_fail, 1 - p_fail) >= X
+    budget: str = "reply"  # `reply`: k per reply; `group`: k x n per group of n replies sharing a conversation
+    unverified: str = "soft"  # `soft`: the critic's p_met; `hard`: its likelier outcome, p_met 1 or 0
 
     def __post_init__(self):
-        if self.k is None and self.cutoff is None:
-            raise CriticSpecError(f"a critic needs a budget: k=N (top N per reply) and/or p=X (p_fail >= X), e.g. "
-                                  f"`{SPEC_EXAMPLE}`")
+        if self.k is None and self.cutoff is None and self.doubt is None:
+            raise CriticSpecError(f"a critic needs a budget: k=N (top N per reply), p=X (p_fail >= X) and/or u=X "
+                                  f"(min(p_fail, 1 - p_fail) >= X), e.g. `{SPEC_EXAMPLE}`")
         if self.k is not None and self.k < 1:
             raise CriticSpecError(f"k={self.k}: verify at least one criterion per reply (k >= 1)")
         if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
             raise CriticSpecError(f"p={self.cutoff}: the cutoff is a probability in (0, 1]")
+        if self.doubt is not None and not 0.0 < self.doubt <= 0.5:
+            raise CriticSpecError(f"u={self.doubt}: the uncertainty cutoff is the probability that the critic's "
+                                  "likelier outcome is wrong, min(p_fail, 1 - p_fail), so it lies in (0, 0.5]")
         if self.rank not in RANKS:
             raise CriticSpecError(f"rank={self.rank}: use one of {', '.join(RANKS)}")
+        if self.budget not in BUDGETS:
+            raise CriticSpecError(f"budget={self.budget}: use one of {', '.join(BUDGETS)}")
+        if self.budget == "group" and self.k is None:
+            raise CriticSpecError("budget=group shares k x (replies in the group) verifications among a group's "
+                                  "replies; give it k=N, e.g. `critic:k=2,budget=group:exemplar>local`")
+        if self.unverified not in UNVERIFIED_MODES:
+            raise CriticSpecError(f"unverified={self.unverified}: use one of {', '.join(UNVERIFIED_MODES)}")
         if self.online is not None and self.online < 1:
             raise CriticSpecError(f"online={self.online}: refit after N >= 1 verifications")
         if not (self.prior > 0 and math.isfinite(self.prior)):
@@ -82,13 +105,15 @@ class CriticSettings:
 
     @classmethod
     def parse(cls, text: str) -> CriticSettings:
-        """`k=2`, `p=0.3`, `k=2,p=0.3,rank=uncertain,online=32,prior=1`."""
-        known = {"k": int, "p": float, "rank": str, "online": int, "prior": float}
+        """`k=2`, `p=0.3`, `k=2,p=0.3,rank=uncertain,online=32,prior=1`, `k=2,budget=group,unverified=hard`."""
+        known = {"k": int, "p": float, "u": float, "rank": str, "budget": str, "unverified": str, "online": int,
+                 "prior": float}
         values: dict = {}
         for item in filter(None, (s.strip() for s in text.split(","))):
             key, eq, value = item.partition("=")
             if not eq or key not in known:
-                raise CriticSpecError(f"unknown critic setting {item!r}; known: k=N, p=X, rank={'|'.join(RANKS)}, "
+                raise CriticSpecError(f"unknown critic setting {item!r}; known: k=N, p=X, u=X, rank={'|'.join(RANKS)}, "
+                                      f"budget={'|'.join(BUDGETS)}, unverified={'|'.join(UNVERIFIED_MODES)}, "
                                       "online=N, prior=X")
             if key in values:
                 raise CriticSpecError(f"critic setting {key} given twice")
@@ -98,12 +123,16 @@ class CriticSettings:
                 what = "an integer" if known[key] is int else "a number"
                 raise CriticSpecError(f"critic setting {item!r}: {value!r} is not {what}") from None
         return cls(k=values.get("k"), cutoff=values.get("p"), rank=values.get("rank", "fail"),
-                   online=values.get("online"), prior=values.get("prior", 1.0))
+                   online=values.get("online"), prior=values.get("prior", 1.0), doubt=values.get("u"),
+                   budget=values.get("budget", "reply"), unverified=values.get("unverified", "soft"))
 
     def label(self) -> str:
         parts = [f"k={self.k}"] if self.k is not None else []
         parts += [f"p={self.cutoff:g}"] if self.cutoff is not None else []
+        parts += [f"u={self.doubt:g}"] if self.doubt is not None else []
         parts += [f"rank={self.rank}"] if self.rank != "fail" else []
+        parts += [f"budget={self.budget}"] if self.budget != "reply" else []
+        parts += [f"unverified={self.unverified}"] if self.unverified != "soft" else []
         parts += [f"online={self.online}", f"prior={self.prior:g}"] if self.online is not None else []
         return ",".join(parts)
 
@@ -166,19 +195,52 @@ def failed(criterion: Criterion, verdict: Verdict) -> bool | None:
     return (verdict.status is Status.MET) if criterion.weight < 0 else (verdict.status is Status.UNMET)
 
 
+def priority(criterion: Criterion, fail: float, rank: str) -> float:
+    """A criterion's place in the ranking (higher first): p_fail, or |weight| p_fail (1 - p_fail)."""
+    return fail if rank == "fail" else abs(criterion.weight) * fail * (1.0 - fail)
+
+
+def eligible(fail: float, settings: CriticSettings) -> bool:
+    """Does a criterion with this p_fail pass the cutoffs (`p=`, `u=`)?"""
+    return ((settings.cutoff is None or fail >= settings.cutoff)
+            and (settings.doubt is None or min(fail, 1.0 - fail) >= settings.doubt))
+
+
 def select(criteria: Sequence[Criterion], fails: Sequence[float | None], settings: CriticSettings) -> list[int]:
-    """Indices of the criteria to verify, in the order chosen: those without an estimate, then the
-    ranked ones (module docstring)."""
+    """Indices of one reply's criteria to verify, in the order chosen: those without an estimate, then
+    the ranked ones (module docstring)."""
     always = [j for j, p in enumerate(fails) if p is None]
-    ranked = [j for j, p in enumerate(fails) if p is not None
-              and (settings.cutoff is None or p >= settings.cutoff)]
-
-    def score(j: int) -> float:
-        p = fails[j]
-        return p if settings.rank == "fail" else abs(criteria[j].weight) * p * (1.0 - p)
-
-    ranked.sort(key=lambda j: (-score(j), -abs(criteria[j].weight), j))
+    ranked = [j for j, p in enumerate(fails) if p is not None and eligible(p, settings)]
+    ranked.sort(key=lambda j: (-priority(criteria[j], fails[j], settings.rank), -abs(criteria[j].weight), j))
     return always + (ranked[:settings.k] if settings.k is not None else ranked)
+
+
+def select_group(replies: Sequence[tuple[Sequence[Criterion], Sequence[float | None]]],
+                 settings: CriticSettings) -> list[set[int]]:
+    """`budget=group`: per reply of one group, the indices of its criteria to verify. Criteria without an
+    estimate are always verified; of the others that pass the cutoffs, the k x len(replies) ranked first
+    across the group (ties: larger |weight|, then reply order, then rubric order)."""
+    chosen: list[set[int]] = [{j for j, p in enumerate(fails) if p is None} for _, fails in replies]
+    pool = [(i, j) for i, (_, fails) in enumerate(replies) for j, p in enumerate(fails)
+            if p is not None and eligible(p, settings)]
+
+    def order(ij: tuple[int, int]) -> tuple:
+        criteria, fails = replies[ij[0]]
+        c = criteria[ij[1]]
+        return -priority(c, fails[ij[1]], settings.rank), -abs(c.weight), ij[0], ij[1]
+
+    pool.sort(key=order)
+    for i, j in pool[:settings.k * len(replies)]:
+        chosen[i].add(j)
+    return chosen
+
+
+def groups_of(requests: Sequence[JudgeRequest]) -> list[list[int]]:
+    """Request indices grouped by conversation (a GRPO group: the replies to one prompt), first-seen order."""
+    groups: dict = {}
+    for i, req in enumerate(requests):
+        groups.setdefault(req.conversation, []).append(i)
+    return list(groups.values())
 
 
 # -- the judge --------------------------------------------------------------------------------------
@@ -212,13 +274,22 @@ class CriticJudge:
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         estimates = await self.critic.judge(requests)
+        by_ids = [{v.criterion_id: v for v in row} for row in estimates]
+        fails = [[p_fail(c, by_id.get(c.id)) for c in req.criteria] for req, by_id in zip(requests, by_ids)]
+        if self.settings.budget == "group":
+            picks: list[set[int]] = [set() for _ in requests]
+            group_size = [1] * len(requests)
+            for group in groups_of(requests):
+                picked = select_group([(requests[i].criteria, fails[i]) for i in group], self.settings)
+                for i, mine in zip(group, picked):
+                    picks[i], group_size[i] = mine, len(group)
+        else:
+            picks = [set(select(req.criteria, f, self.settings)) for req, f in zip(requests, fails)]
+            group_size = [1] * len(requests)
         plans, sub, owners = [], [], []
         for i, req in enumerate(requests):
-            by_id = {v.criterion_id: v for v in estimates[i]}
-            fails = [p_fail(c, by_id.get(c.id)) for c in req.criteria]
-            chosen = set(select(req.criteria, fails, self.settings))
-            plans.append((by_id, fails, chosen))
-            mine = tuple(c for j, c in enumerate(req.criteria) if j in chosen)
+            plans.append((by_ids[i], fails[i], picks[i], group_size[i]))
+            mine = tuple(c for j, c in enumerate(req.criteria) if j in picks[i])
             if mine:
                 sub.append(JudgeRequest(req.conversation, req.response, mine))
                 owners.append(i)
@@ -226,7 +297,7 @@ class CriticJudge:
         checked = {i: {v.criterion_id: v for v in row} for i, row in zip(owners, answers)}
         out, outcomes = [], []
         for i, req in enumerate(requests):
-            by_id, fails, chosen = plans[i]
+            by_id, fail, chosen, size = plans[i]
             row = []
             for j, c in enumerate(req.criteria):
                 if j in chosen:
@@ -237,7 +308,7 @@ class CriticJudge:
                     if v.decided:
                         outcomes.append((req.response, c, v))
                 else:
-                    v = self._unverified(c, by_id[c.id], fails[j])
+                    v = self._unverified(c, by_id[c.id], fail[j], size)
                     self._own.unverified += 1
                 row.append(v)
             self._own.count(row)
@@ -246,14 +317,28 @@ class CriticJudge:
             await asyncio.to_thread(self.critic.observe, outcomes)
         return out
 
-    def _unverified(self, criterion: Criterion, estimate: Verdict, fail: float) -> Verdict:
+    def _unverified(self, criterion: Criterion, estimate: Verdict, fail: float, group_size: int = 1) -> Verdict:
         s = self.settings
-        why = (f"p_fail={fail:.3f} below the cutoff {s.cutoff:g}" if s.cutoff is not None and fail < s.cutoff
-               else f"p_fail={fail:.3f}, not among the {s.k} criteria ranked first ({s.rank})")
+        if s.cutoff is not None and fail < s.cutoff:
+            why = f"p_fail={fail:.3f} below the cutoff {s.cutoff:g}"
+        elif s.doubt is not None and min(fail, 1.0 - fail) < s.doubt:
+            why = (f"p_fail={fail:.3f}, the critic's likelier outcome is wrong with p={min(fail, 1.0 - fail):.3f} "
+                   f"< u={s.doubt:g}")
+        elif s.budget == "group":
+            why = (f"p_fail={fail:.3f}, not among the {s.k} x {group_size} criteria ranked first in its group of "
+                   f"{group_size} replies ({s.rank})")
+        else:
+            why = f"p_fail={fail:.3f}, not among the {s.k} criteria ranked first ({s.rank})"
         p = estimate.p_met if estimate.p_met is not None else (1.0 if estimate.status is Status.MET else 0.0)
-        evidence = f"unverified: critic estimate p={p:.3f}" + (f"; {estimate.evidence}" if estimate.evidence else "")
+        evidence = f"unverified: critic estimate p={p:.3f}"
+        update = {}
+        if s.unverified == "hard":
+            met = p >= 0.5
+            evidence += f", scored as its likelier outcome ({'met' if met else 'unmet'})"
+            update = {"status": Status.MET if met else Status.UNMET, "p_met": 1.0 if met else 0.0}
+        evidence += f"; {estimate.evidence}" if estimate.evidence else ""
         return estimate.model_copy(update={"judge_id": UNVERIFIED + estimate.judge_id, "reason": f"unverified: {why}",
-                                           "evidence": evidence, "cached": False})
+                                           "evidence": evidence, "cached": False, **update})
 
 
 # -- the online critic ------------------------------------------------------------------------------
