@@ -73,7 +73,8 @@ def main() -> None:
           f"{time.perf_counter() - started:.0f} s")
     for limit in LIMITS:
         cut = sum(n is None or n > limit for n in lengths)
-        print(f"  max_completion_length {limit:4d}: {cut:4d} of {len(lengths)} cut off ({100 * cut / len(lengths):.1f}%)")
+        share = 100 * cut / len(lengths)
+        print(f"  max_completion_length {limit:4d}: {cut:4d} of {len(lengths)} cut off ({share:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 embeddings of the response, cross-validated (AUC, balanced accuracy), Platt-calibrated, and decided at a
 threshold (THRESHOLD_RULES): by default p_met >= 0.5 on the calibrated probability, the decision that is
 right most often at the training examples' class balance; `balanced` picks the threshold with the highest
-balanced accuracy on out-of-fold predictions instead, which calls a rare class far more often. Too few examples, contradictory labels or text the encoder does not
-cover are reported, never turned into a silently useless model."""
+balanced accuracy on out-of-fold predictions instead, which calls a rare class far more often. Too few
+examples, contradictory labels or text the encoder does not cover are reported, never turned into a
+silently useless model."""
 
 from __future__ import annotations
 
