@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from esconv import STRATEGY_CRITERIA, load_esconv  # noqa: E402
 
 from rubricrl.core.messages import as_conversation  # noqa: E402
-from rubricrl.judge_tools.fit import best_threshold, fit_exemplars  # noqa: E402
+from rubricrl.judge_tools.fit import LabeledExample, best_threshold, fit_exemplars  # noqa: E402
 from rubricrl.judges.base import JudgeRequest  # noqa: E402
 from rubricrl.judges.exemplar import ExemplarJudge  # noqa: E402
 from rubricrl.judges.local import LocalJudge  # noqa: E402
@@ -64,7 +64,9 @@ def main() -> None:
     data = load_esconv()
     ids = {s: f"s{i}" for i, s in enumerate(STRATEGY_CRITERIA)}
     rubric = Rubric(criteria=tuple(Criterion(id=ids[s], text=t) for s, t in STRATEGY_CRITERIA.items()))
-    examples = {ids[s]: [(ex.target.text, ex.target.strategy == s) for ex in data] for s in STRATEGY_CRITERIA}
+    # the reply alone (no context): the figures in docs/judges.md are for reply-only models
+    examples = {ids[s]: [LabeledExample(ex.target.text, ex.target.strategy == s) for ex in data]
+                for s in STRATEGY_CRITERIA}
     judge_dir = Path(tempfile.mkdtemp(prefix="esconv-exemplar-"))
     reports = {r.criterion_id: r for r in fit_exemplars(rubric, examples, judge_dir, folds=args.folds)}
 

@@ -263,19 +263,21 @@ def test_fit_map_solves_a_hand_computed_case():
 def test_online_critic_starts_as_the_exemplar_model():
     model = CriterionModel("a", A.text, coef=np.array([1.0, 2.0]), intercept=0.5, platt_a=2.0, platt_b=-1.0,
                            threshold=0.3)
-    exemplar = SimpleNamespace(models={criterion_key(A.text): model}, encoder="enc", judge_id="exemplar:x@1")
+    exemplar = SimpleNamespace(models={criterion_key(A.text): model}, encoder="enc", judge_id="exemplar:x@1",
+                               inputs=lambda pairs: {pair: np.array([1.0, 1.0]) for pair in pairs})
     online = OnlineCritic.from_exemplar(exemplar, every=4)
     head = online.heads[criterion_key(A.text)]
     # the exemplar's p_met at x = (1, 1): sigmoid(2 * (1 + 2 + 0.5) - 1) = sigmoid(6)
     assert head.p_met(np.array([1.0, 1.0])) == pytest.approx(1 / (1 + math.exp(-6)))
     assert head.p_met(np.array([1.0, 1.0])) == pytest.approx(float(model.p_met(np.array([[1.0, 1.0]]))[0]))
     assert (head.threshold, online.judge_id) == (0.3, "online:exemplar:x@1")
+    assert online.inputs([("what the person said", "a reply")]).tolist() == [[1.0, 1.0]]  # the exemplar's inputs
 
 
 def test_online_critic_refit_changes_its_ranking_after_verifications():
     x, y = Criterion(id="x", text="Criterion x.", weight=1), Criterion(id="y", text="Criterion y.", weight=1)
     vectors = {"r1": [1.0, 0.0], "r2": [0.0, 1.0]}
-    embed = lambda texts: np.array([vectors[t] for t in texts])  # noqa: E731
+    embed = lambda pairs: np.array([vectors[reply] for _, reply in pairs])  # noqa: E731
     b0 = math.log(0.2 / 0.8)  # x starts at p_met 0.2 (p_fail 0.8), y at 0.5 (p_fail 0.5)
     heads = {criterion_key(x.text): CriticHead(np.zeros(2), b0, np.zeros(2), b0),
              criterion_key(y.text): CriticHead(np.zeros(2), 0.0, np.zeros(2), 0.0)}
@@ -301,7 +303,7 @@ def test_online_critic_refit_changes_its_ranking_after_verifications():
 
 def test_online_critic_waits_for_every_n_verifications_and_learns_uncovered_criteria():
     z = Criterion(id="z", text="Criterion z.", weight=1)
-    online = OnlineCritic({}, lambda texts: np.array([[1.0] for _ in texts]), every=3, prior=1.0)
+    online = OnlineCritic({}, lambda pairs: np.array([[1.0] for _ in pairs]), every=3, prior=1.0)
     judge = CriticJudge(online, Verifier({"z": "unmet"}), CriticSettings(k=1))
     [[v]] = run(judge, criteria=(z,))
     assert not v.unverified and online.refits == 0 and online.pending == 1  # no model yet: always verified

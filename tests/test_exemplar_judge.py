@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rubricrl.core.messages import as_conversation
-from rubricrl.judge_tools.fit import best_threshold, collect_examples, fit_exemplars
+from rubricrl.judge_tools.fit import LabeledExample, best_threshold, collect_examples, fit_exemplars
 from rubricrl.judges import make_judge
 from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
 from rubricrl.judges.exemplar import ExemplarJudge, criterion_key, load_models
@@ -64,8 +64,9 @@ def test_threshold_rules(fitted, tmp_path):
     assert reports["apologises"].threshold == 0.5 and model["threshold"] == 0.5
     assert model["metrics"]["threshold_rule"] == "calibrated"
     # 3 of 8 met, so a balanced threshold sits far from 0.5 while the calibrated rule stays there
-    examples = {"apologises": [(t, True) for t in APOLOGY[:3]] + [(t, False) for t in OTHER[:8]] +
-                [(APOLOGY[5], False), (OTHER[9], True)]}
+    examples = {"apologises": [LabeledExample(t, True) for t in APOLOGY[:3]]
+                + [LabeledExample(t, False) for t in OTHER[:8]]
+                + [LabeledExample(APOLOGY[5], False), LabeledExample(OTHER[9], True)]}
     calibrated, balanced = tmp_path / "c", tmp_path / "b"
     [c] = fit_exemplars(RUBRIC, examples, calibrated, min_per_class=3, folds=3)
     [b] = fit_exemplars(RUBRIC, examples, balanced, min_per_class=3, folds=3, threshold_rule="balanced")
@@ -218,3 +219,97 @@ def test_cli_fit_then_score_with_the_fitted_judge(tmp_path):
     statuses = {v["criterion_id"]: v["status"] for v in record["verdicts"]}
     assert statuses == {"apologises": "met", "rare": "skipped", "short": "met"}
     assert record["score"] == 1.0  # (2 + 1) / (2 + 1): the skipped criterion is left out
+
+
+TOPICS = [("I lost my job at the factory today.", "Losing your job at the factory is a real blow."),
+          ("My dog died this morning.", "Your dog dying this morning must leave the house feeling empty."),
+          ("I failed my driving test again.", "Failing the driving test a second time is so discouraging."),
+          ("We moved to a new city and I know nobody.", "Moving to a city where you know nobody is lonely."),
+          ("My sister stopped talking to me.", "Your sister going silent on you must hurt."),
+          ("I can't pay my rent this month.", "Not being able to cover the rent is frightening."),
+          ("My knee surgery went badly.", "A knee surgery that went badly is a lot to carry."),
+          ("My best friend forgot my birthday.", "Having your best friend forget your birthday stings."),
+          ("I got rejected from every university.", "Being turned down by every university is crushing."),
+          ("My father is in hospital with pneumonia.", "Your father being in hospital with pneumonia is scary.")]
+SITUATION = Rubric(criteria=(Criterion(id="situation", text="The reply refers to what the person described.",
+                                       weight=2),))
+
+
+def _situation_labels(path):
+    """Each reply is met with its own message and unmet with two others': the reply alone cannot tell."""
+    rows = []
+    for i, (context, _) in enumerate(TOPICS):
+        for shift, label in ((0, True), (1, False), (3, False)):
+            rows.append({"criterion_id": "situation", "context": context,
+                         "response": TOPICS[(i + shift) % len(TOPICS)][1], "label": label})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_pair_aware_models_see_the_conversation(tmp_path):
+    """With a context on every example the models are pair-aware: the same reply scores higher with the
+    message it answers than with another; a reply-only model cannot separate these labels."""
+    from rubricrl.judges.exemplar import PAIR_AWARE, REPLY_ONLY, load_features
+
+    examples, warnings = collect_examples(SITUATION, _situation_labels(tmp_path / "labels.jsonl"))
+    assert warnings == [] and len(examples["situation"]) == 30  # same reply, other context: not a duplicate
+    [pair] = fit_exemplars(SITUATION, examples, tmp_path / "pair", min_per_class=8, folds=5)
+    [alone] = fit_exemplars(SITUATION, examples, tmp_path / "alone", min_per_class=8, folds=5, features=REPLY_ONLY)
+    assert load_features(tmp_path / "pair") == PAIR_AWARE and load_features(tmp_path / "alone") == REPLY_ONLY
+    assert pair.auc > 0.9 and alone.auc < 0.7 and pair.auc - alone.auc > 0.3
+    manifest = json.loads((tmp_path / "pair" / "manifest.json").read_text())
+    assert manifest["features"] == list(PAIR_AWARE)
+    assert manifest["criteria"].popitem()[1]["metrics"]["cv_grouped"] is True  # folds by conversation
+    judge = ExemplarJudge(tmp_path / "pair")
+    reply = TOPICS[1][1]
+    own, other = judge.judge_sync([JudgeRequest(as_conversation(TOPICS[1][0]), reply, SITUATION.criteria),
+                                   JudgeRequest(as_conversation(TOPICS[6][0]), reply, SITUATION.criteria)])
+    assert own[0].p_met > other[0].p_met + 0.2
+    assert own[0].status is Status.MET and other[0].status is Status.UNMET
+    assert "nearest examples: met" in own[0].evidence  # evidence still compares replies
+    # a manifest written before pair-aware models has no `features`: read as the reply alone
+    old = tmp_path / "alone" / "manifest.json"
+    legacy = json.loads(old.read_text())
+    del legacy["features"]
+    old.write_text(json.dumps(legacy))
+    assert ExemplarJudge(tmp_path / "alone").features == REPLY_ONLY
+
+
+def test_pair_aware_needs_every_context(tmp_path):
+    """Examples without a context (a rubric's inline `examples`, label rows without `context`) make the
+    models reply-only, with a warning naming the count and the fix; asking for pair-aware models then fails."""
+    from rubricrl.judge_tools.fit import choose_features
+    from rubricrl.judges.exemplar import PAIR_AWARE, REPLY_ONLY
+
+    labels = _situation_labels(tmp_path / "labels.jsonl")
+    with labels.open("a") as f:
+        f.write(json.dumps({"criterion_id": "situation", "response": "That sounds hard.", "label": False}) + "\n")
+    examples, _ = collect_examples(SITUATION, labels)
+    features, why = choose_features(examples)
+    assert features == REPLY_ONLY and why.startswith("1 of 31 examples have no context")
+    assert "give every label row a `context`" in why
+    with pytest.raises(ValueError, match="pair-aware models need a context on every example; 1 of 31"):
+        fit_exemplars(SITUATION, examples, tmp_path / "x", features=PAIR_AWARE)
+    assert choose_features(collect_examples(RUBRIC)[0]) == (REPLY_ONLY, None)  # no context at all: no warning
+    with pytest.raises(ValueError, match="exemplar features"):
+        fit_exemplars(SITUATION, examples, tmp_path / "y", features=("embedding", "lm_mean"))
+
+
+def test_cli_fit_says_what_the_models_see(tmp_path):
+    from typer.testing import CliRunner
+
+    from rubricrl.cli import app
+
+    rubric = tmp_path / "r.yaml"
+    rubric.write_text(json.dumps(SITUATION.model_dump(mode="json")))
+    labels = _situation_labels(tmp_path / "labels.jsonl")
+    result = CliRunner().invoke(app, ["judge", "fit", "--rubric", str(rubric), "--labels", str(labels),
+                                      "--out", str(tmp_path / "j"), "--folds", "3"])
+    assert result.exit_code == 0, result.output
+    assert "the reply and its similarity to what the person said (pair-aware)" in result.output
+    with labels.open("a") as f:
+        f.write(json.dumps({"criterion_id": "situation", "response": "That sounds hard.", "label": False}) + "\n")
+    result = CliRunner().invoke(app, ["judge", "fit", "--rubric", str(rubric), "--labels", str(labels),
+                                      "--out", str(tmp_path / "k"), "--folds", "3"])
+    assert result.exit_code == 0, result.output
+    assert "(the models see the reply alone)" in result.output and "1 of 31 examples have no context" in result.output

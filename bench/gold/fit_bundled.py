@@ -30,7 +30,7 @@ def rows(name: str) -> list[dict]:
 def main() -> None:
     from rubricrl.judge_tools.fit import collect_examples, fit_exemplars
     from rubricrl.judge_tools.gate_fit import GateExample, fit_gate
-    from rubricrl.judges.exemplar import load_models, save_models
+    from rubricrl.judges.exemplar import load_features, load_models, save_models
     from rubricrl.rubrics.loading import bundled_rubric_path, load_rubric
 
     gate_rows, criteria_rows = rows("gate_examples.jsonl"), rows("criteria_examples.jsonl")
@@ -41,7 +41,7 @@ def main() -> None:
             print(f"[{half}] gate {report.head}: {report.n} examples ({report.positives} true), CV AUC "
                   f"{report.cv_auc:.3f}, balanced accuracy {report.balanced_accuracy:.3f}, threshold "
                   f"{report.threshold:.2f}, C {report.C:g}")
-        merged, encoder = {}, None
+        merged, encoder, features = {}, None, set()
         with tempfile.TemporaryDirectory() as tmp:
             labels = Path(tmp) / "labels.jsonl"
             labels.write_text("".join(json.dumps(r) + "\n" for r in criteria_rows if r["half"] == half), "utf-8")
@@ -54,12 +54,14 @@ def main() -> None:
                     print(f"[{half}] {name}/{r.criterion_id}: {r.n_met} met, {r.n_unmet} unmet, {r.status}, CV AUC {auc}"
                           + "".join(f"; {w}" for w in r.warnings))
                 encoder, models = load_models(out)
+                features.add(load_features(out))
                 merged.update(models)
         target = DATA / exemplar_dir
         for old in target.glob("*.npz"):
             old.unlink()
-        save_models(target, merged, encoder)
-        print(f"[{half}] {len(merged)} exemplar models -> {target}")
+        [one] = features  # every example has its prompt, so both rubrics' models are pair-aware
+        save_models(target, merged, encoder, one)
+        print(f"[{half}] {len(merged)} exemplar models ({', '.join(one)}) -> {target}")
 
 
 if __name__ == "__main__":

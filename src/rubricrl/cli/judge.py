@@ -29,8 +29,10 @@ class ThresholdRule(str, Enum):
 def judge_fit(
     rubric: Annotated[Path, rubric_option("Rubric file (bundled name or path); criteria may carry `examples`.")],
     out: Annotated[Path, typer.Option(help="Directory for the fitted exemplar judge.")],
-    labels: Annotated[Optional[list[Path]], typer.Option(help="JSONL of {criterion_id, response, label, rubric?} "
-                                                               "(repeatable).")] = None,
+    labels: Annotated[Optional[list[Path]], typer.Option(
+        help="JSONL of {criterion_id, response, label, context?, rubric?} (repeatable). `context` is what the "
+             "person said; when every example has one, the models are pair-aware (they also see how close the "
+             "reply is to it).")] = None,
     min_examples: Annotated[int, typer.Option(min=2, help="Examples needed of each class to fit a criterion.")] = 8,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds.")] = 5,
     threshold_rule: Annotated[ThresholdRule, typer.Option(
@@ -38,8 +40,10 @@ def judge_fit(
              "picks the threshold with the best out-of-fold balanced accuracy (calls a rare class far more "
              "often).")] = ThresholdRule.calibrated,
 ):
-    """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples."""
-    from rubricrl.judge_tools.fit import collect_examples, fit_exemplars
+    """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples (and, when
+    every example has a context, the reply's similarity to it)."""
+    from rubricrl.judge_tools.fit import choose_features, collect_examples, fit_exemplars
+    from rubricrl.judges.exemplar import PAIR_AWARE
     from rubricrl.judges.exemplar import MANIFEST
 
     path = rubric_path(rubric)
@@ -52,8 +56,10 @@ def judge_fit(
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot read: {exc}")
+    features, why = choose_features(examples)
+    warnings += [why] if why else []
     reports = fit_exemplars(the_rubric, examples, out, min_per_class=min_examples, folds=folds,
-                            threshold_rule=threshold_rule.value)
+                            threshold_rule=threshold_rule.value, features=features)
     table = Table(title=f"exemplar judge fit ({folds}-fold cross-validation)")
     for col in ("criterion", "met", "unmet", "status", "CV AUC", "balanced acc", "threshold"):
         table.add_column(col)
@@ -66,8 +72,10 @@ def judge_fit(
     for note in warnings + [f"{r.criterion_id}: {w}" for r in reports for w in r.warnings]:
         err.print(f"[yellow]warning[/] {note}", highlight=False)
     fitted = sum(r.status == "fitted" for r in reports)
-    console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out}; use it with "
-                  f"--judge exemplar:{out}+local", highlight=False)
+    seen = ("the reply and its similarity to what the person said (pair-aware)" if features == PAIR_AWARE
+            else "the reply alone")
+    console.print(f"fitted {fitted} of {len(reports)} model-judged criteria into {out} (the models see {seen}); "
+                  f"use it with --judge exemplar:{out}+local", highlight=False)
 
 
 def judge_fit_gate(

@@ -28,7 +28,8 @@ Rule checks never reach a critic judge: the router (judges/routing.py) sends the
 Training the critic. A critic is rewarded when a criterion it flagged is confirmed failed (`confirmed` in
 JudgeStats); learning to predict the verifier's outcome is the supervised form of that reward. `online=N`
 makes the critic an `OnlineCritic`: per criterion, a logistic regression of the verifier's outcome on the
-reply's sentence embedding, refitted after every N new verifications. It is warm-started from the exemplar
+exemplar models' inputs (the reply's sentence embedding, and its similarity to the prompt when the models
+are pair-aware), refitted after every N new verifications. It is warm-started from the exemplar
 models (their Platt-calibrated logit, so before any verification it equals the exemplar judge) and fitted
 by maximum a posteriori with a Gaussian prior centred on those weights (`prior=` its precision, default
 1): a few verifications move its calibration, many are needed to move it far from the exemplar models.
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rubricrl.core.messages import last_user_text
 from rubricrl.core.verdicts import UNVERIFIED, Status, Verdict, error_verdict, skipped_verdict
 from rubricrl.judges.base import Judge, JudgeReport, JudgeRequest, JudgeStats, StatsJudge, combined_cache
 from rubricrl.rubrics.model import Criterion
@@ -306,7 +308,7 @@ class CriticJudge:
                     self._own.verified += 1
                     self._own.confirmed += bool(failed(c, v))
                     if v.decided:
-                        outcomes.append((req.response, c, v))
+                        outcomes.append((last_user_text(req.conversation), req.response, c, v))
                 else:
                     v = self._unverified(c, by_id[c.id], fail[j], size)
                     self._own.unverified += 1
@@ -405,13 +407,15 @@ class CriticHead:
 
 class OnlineCritic(StatsJudge):
     """A critic that learns from the verifier (module docstring). `heads` maps a criterion key (the
-    exemplar judge's `criterion_key` of its text) to its warm start; `embed` turns replies into vectors."""
+    exemplar judge's `criterion_key` of its text) to its warm start; `inputs` turns (prompt, reply) pairs
+    into the heads' input rows (the exemplar judge's: the reply's embedding, and its similarity to the
+    prompt for pair-aware models)."""
 
-    def __init__(self, heads: dict[str, CriticHead], embed: Callable[[list[str]], np.ndarray], *, every: int,
-                 prior: float = 1.0, label: str = "online"):
+    def __init__(self, heads: dict[str, CriticHead], inputs: Callable[[list[tuple[str, str]]], np.ndarray], *,
+                 every: int, prior: float = 1.0, label: str = "online"):
         from rubricrl.judges.exemplar import criterion_key
 
-        self.heads, self.embed, self.every, self.prior = heads, embed, every, prior
+        self.heads, self.inputs, self.every, self.prior = heads, inputs, every, prior
         self.key = criterion_key
         self.judge_id = f"online:{label}"
         self.stats = JudgeStats()
@@ -422,26 +426,30 @@ class OnlineCritic(StatsJudge):
     @classmethod
     def from_exemplar(cls, judge: ExemplarJudge, *, every: int, prior: float = 1.0) -> OnlineCritic:
         """Warm-started from the exemplar judge's models: w0 = a * coef, b0 = a * intercept + b (Platt a, b),
-        so its p_met equals the exemplar judge's until the first refit."""
-        from rubricrl.llm.encoder import embed
-
+        so its p_met equals the exemplar judge's until the first refit; it sees the same inputs."""
         heads = {}
         for key, m in judge.models.items():
             w0 = m.platt_a * np.asarray(m.coef, dtype=np.float64)
             b0 = m.platt_a * m.intercept + m.platt_b
             heads[key] = CriticHead(w0.copy(), b0, w0, b0, m.threshold)
-        return cls(heads, lambda texts: embed(texts, judge.encoder), every=every, prior=prior, label=judge.judge_id)
+
+        def inputs(pairs: list[tuple[str, str]]) -> np.ndarray:
+            rows = judge.inputs(pairs)
+            return np.stack([rows[pair] for pair in pairs])
+
+        return cls(heads, inputs, every=every, prior=prior, label=judge.judge_id)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         return await asyncio.to_thread(self.judge_sync, requests)
 
     def judge_sync(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
-        texts = sorted({r.response for r in requests if r.response.strip()
-                        and any(self.key(c.text) in self.heads for c in r.criteria)})
-        vectors = dict(zip(texts, self.embed(texts))) if texts else {}
-        self.stats.model_calls += 1 if texts else 0
+        pairs = [(last_user_text(r.conversation), r.response) for r in requests]
+        todo = sorted({pair for pair, r in zip(pairs, requests) if r.response.strip()
+                       and any(self.key(c.text) in self.heads for c in r.criteria)})
+        vectors = dict(zip(todo, self.inputs(todo))) if todo else {}
+        self.stats.model_calls += 1 if todo else 0
         out = []
-        for req in requests:
+        for req, pair in zip(requests, pairs):
             row = []
             for c in req.criteria:
                 head = self.heads.get(self.key(c.text))
@@ -451,7 +459,7 @@ class OnlineCritic(StatsJudge):
                     row.append(Verdict(criterion_id=c.id, status=Status.UNMET, p_met=0.0, judge_id=self.judge_id,
                                        reason="precheck: empty response cannot meet a criterion"))
                 else:
-                    p = head.p_met(vectors[req.response])
+                    p = head.p_met(vectors[pair])
                     row.append(Verdict(criterion_id=c.id, status=Status.MET if p >= head.threshold else Status.UNMET,
                                        p_met=p, judge_id=self.judge_id,
                                        evidence=f"p={p:.3f} (threshold {head.threshold:.2f}); "
@@ -460,14 +468,14 @@ class OnlineCritic(StatsJudge):
             out.append(row)
         return out
 
-    def observe(self, outcomes: Sequence[tuple[str, Criterion, Verdict]]) -> None:
-        """Keep each (reply, criterion, verifier verdict) as a training example; refit every criterion
-        that has new examples once `every` verifications arrived since the last refit."""
-        outcomes = [(r, c, v) for r, c, v in outcomes if v.decided and r.strip()]
+    def observe(self, outcomes: Sequence[tuple[str, str, Criterion, Verdict]]) -> None:
+        """Keep each (prompt, reply, criterion, verifier verdict) as a training example; refit every
+        criterion that has new examples once `every` verifications arrived since the last refit."""
+        outcomes = [(p, r, c, v) for p, r, c, v in outcomes if v.decided and r.strip()]
         if not outcomes:
             return
-        vectors = self.embed([r for r, _, _ in outcomes])
-        for (_, c, v), x in zip(outcomes, vectors):
+        vectors = self.inputs([(p, r) for p, r, _, _ in outcomes])
+        for (_, _, c, v), x in zip(outcomes, vectors):
             head = self.heads.get(self.key(c.text))
             if head is None:  # a criterion without a warm start begins at zero weights
                 zero = np.zeros(len(x))
