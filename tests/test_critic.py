@@ -264,7 +264,7 @@ def test_online_critic_starts_as_the_exemplar_model():
     model = CriterionModel("a", A.text, coef=np.array([1.0, 2.0]), intercept=0.5, platt_a=2.0, platt_b=-1.0,
                            threshold=0.3)
     exemplar = SimpleNamespace(models={criterion_key(A.text): model}, encoder="enc", judge_id="exemplar:x@1",
-                               inputs=lambda pairs: {pair: np.array([1.0, 1.0]) for pair in pairs})
+                               inputs=lambda pairs: np.array([[1.0, 1.0] for _ in pairs]))
     online = OnlineCritic.from_exemplar(exemplar, every=4)
     head = online.heads[criterion_key(A.text)]
     # the exemplar's p_met at x = (1, 1): sigmoid(2 * (1 + 2 + 0.5) - 1) = sigmoid(6)

@@ -28,11 +28,11 @@ Rule checks never reach a critic judge: the router (judges/routing.py) sends the
 Training the critic. A critic is rewarded when a criterion it flagged is confirmed failed (`confirmed` in
 JudgeStats); learning to predict the verifier's outcome is the supervised form of that reward. `online=N`
 makes the critic an `OnlineCritic`: per criterion, a logistic regression of the verifier's outcome on the
-exemplar models' inputs (the reply's sentence embedding, and its similarity to the prompt when the models
-are pair-aware), refitted after every N new verifications. It is warm-started from the exemplar
-models (their Platt-calibrated logit, so before any verification it equals the exemplar judge) and fitted
-by maximum a posteriori with a Gaussian prior centred on those weights (`prior=` its precision, default
-1): a few verifications move its calibration, many are needed to move it far from the exemplar models.
+exemplar models' inputs (the reply's embedding, and its similarity to the prompt for pair-aware models),
+refitted after every N new verifications. It is warm-started from the exemplar models (their Platt-
+calibrated logit, so before any verification it equals the exemplar judge) and fitted by maximum a
+posteriori with a Gaussian prior centred on those weights (`prior=` its precision, default 1): a few
+verifications move its calibration, many are needed to move it far from the exemplar models.
 A criterion without an exemplar model starts from zero weights and gives estimates from its first refit
 on (it is always verified before). It learns only from what it chose to verify, like any bandit: a criterion it
 ranks low is rarely verified, so its mistakes there are corrected slowly (`rank=uncertain` verifies where
@@ -432,12 +432,7 @@ class OnlineCritic(StatsJudge):
             w0 = m.platt_a * np.asarray(m.coef, dtype=np.float64)
             b0 = m.platt_a * m.intercept + m.platt_b
             heads[key] = CriticHead(w0.copy(), b0, w0, b0, m.threshold)
-
-        def inputs(pairs: list[tuple[str, str]]) -> np.ndarray:
-            rows = judge.inputs(pairs)
-            return np.stack([rows[pair] for pair in pairs])
-
-        return cls(heads, inputs, every=every, prior=prior, label=judge.judge_id)
+        return cls(heads, judge.inputs, every=every, prior=prior, label=judge.judge_id)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         return await asyncio.to_thread(self.judge_sync, requests)

@@ -155,22 +155,18 @@ class ExemplarJudge(StatsJudge):
     def pair_aware(self) -> bool:
         return self.features == PAIR_AWARE
 
-    def inputs(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], np.ndarray]:
-        """The models' input row for each distinct (prompt, reply); the prompt is ignored by reply-only
-        models."""
-        keys = sorted(set(pairs) if self.pair_aware else {("", reply) for _, reply in pairs})
-        rows = model_inputs([p for p, _ in keys], [r for _, r in keys], self.features, self.encoder)
-        by_key = dict(zip(keys, rows))
-        return {(p, r): by_key[(p, r) if self.pair_aware else ("", r)] for p, r in pairs}
+    def inputs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The models' input rows, one per (prompt, reply); reply-only models ignore the prompt."""
+        return model_inputs([p for p, _ in pairs], [r for _, r in pairs], self.features, self.encoder)
 
     async def judge(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         return await asyncio.to_thread(self.judge_sync, requests)
 
     def judge_sync(self, requests: Sequence[JudgeRequest]) -> list[list[Verdict]]:
         pairs = [(last_user_text(r.conversation), r.response) for r in requests]
-        todo = [pair for pair, r in zip(pairs, requests)
-                if r.response.strip() and any(self.covers(c) for c in r.criteria)]
-        vectors = self.inputs(todo) if todo else {}
+        todo = sorted({pair for pair, r in zip(pairs, requests)
+                       if r.response.strip() and any(self.covers(c) for c in r.criteria)})
+        vectors = dict(zip(todo, self.inputs(todo))) if todo else {}
         self.stats.model_calls += 1 if todo else 0
         out = []
         for req, pair in zip(requests, pairs):
