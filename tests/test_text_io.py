@@ -265,7 +265,7 @@ def _exemplar_labels(path: Path) -> object:
     from rubricrl.rubrics.loading import rubric_from_data
 
     examples, _ = collect_examples(rubric_from_data([{"id": "x", "text": "Kind.", "weight": 1}], "t"), path)
-    return sorted(examples["x"])
+    return [(e.response, e.label) for e in examples["x"]]
 
 
 def _tactic_conversations(path: Path) -> object:
