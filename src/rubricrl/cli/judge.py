@@ -43,8 +43,7 @@ def judge_fit(
     """Fit one calibrated classifier per model-judged criterion on sentence embeddings of examples (and, when
     every example has a context, the reply's similarity to it)."""
     from rubricrl.judge_tools.fit import choose_features, collect_examples, fit_exemplars
-    from rubricrl.judges.exemplar import PAIR_AWARE
-    from rubricrl.judges.exemplar import MANIFEST
+    from rubricrl.judges.exemplar import MANIFEST, PAIR_AWARE
 
     path = rubric_path(rubric)
     refuse_clash([("--out", out), (f"--out (its {MANIFEST})", out / MANIFEST)],

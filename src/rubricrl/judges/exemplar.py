@@ -6,8 +6,8 @@ see how close the reply is to what the person said: their input is the reply's e
 column, `prompt_similarity`, the cosine of the reply's and the last user message's embeddings (the same
 feature as the quality gate's, judges/gate.py). A relational criterion ("refers to the specific
 situation the person described") is then no longer decided from the reply alone. On the bundled
-training halves this raised the prompt-grouped cross-validated AUC of `reflects-situation` from 0.79 to
-0.93 (half a) and 0.80 to 0.88 (half b) (docs/judges.md).
+training halves this raised the prompt-grouped cross-validated AUC of `reflects-situation` from 0.81 to
+0.93 (half a) and 0.80 to 0.88 (half b) (`python -u bench/exemplar_pairs.py`, docs/judges.md).
 
 A judge directory holds `manifest.json` (with the input `features`) and one `<key>.npz` per criterion
 (weights, Platt calibration, threshold, and the labeled examples with their inputs for evidence). No
@@ -150,10 +150,6 @@ class ExemplarJudge(StatsJudge):
 
     def covers(self, criterion: Criterion) -> bool:
         return criterion_key(criterion.text) in self.models
-
-    @property
-    def pair_aware(self) -> bool:
-        return self.features == PAIR_AWARE
 
     def inputs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """The models' input rows, one per (prompt, reply); reply-only models ignore the prompt."""
