@@ -25,12 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from rubricrl.llm.encoder import DEFAULT_ENCODER, embed
+from rubricrl.llm.encoder import DEFAULT_ENCODER
 from rubricrl.core.jsonl import read_text
 from rubricrl.core.messages import last_user_text
 from rubricrl.rubrics.model import Criterion
 from rubricrl.core.verdicts import Status, Verdict, skipped_verdict
 from rubricrl.judges.base import JudgeRequest, JudgeStats, StatsJudge
+from rubricrl.judges.gate import gate_features
 from rubricrl.core.resources import data_path
 
 MANIFEST = "manifest.json"
@@ -43,18 +44,10 @@ FEATURE_SETS = (REPLY_ONLY, PAIR_AWARE)
 def model_inputs(prompts: Sequence[str], replies: Sequence[str], features: Sequence[str],
                  encoder: str = DEFAULT_ENCODER) -> np.ndarray:
     """One row per (prompt, reply): the reply's unit embedding, then the cosine of the prompt's and the
-    reply's embeddings when `features` is PAIR_AWARE."""
+    reply's embeddings when `features` is PAIR_AWARE (the quality gate's feature code)."""
     if tuple(features) not in FEATURE_SETS:
         raise ValueError(f"exemplar features {list(features)}: use {list(REPLY_ONLY)} or {list(PAIR_AWARE)}")
-    if len(prompts) != len(replies):
-        raise ValueError(f"{len(prompts)} prompts but {len(replies)} replies")
-    if not len(replies):
-        return np.zeros((0, 0), dtype=np.float32)
-    replies_x = embed(list(replies), encoder)
-    if tuple(features) == REPLY_ONLY:
-        return replies_x
-    similarity = (embed(list(prompts), encoder) * replies_x).sum(axis=1, keepdims=True)
-    return np.hstack([replies_x, similarity]).astype(np.float32)
+    return gate_features(prompts, replies, features, encoder).astype(np.float32)
 
 
 def criterion_key(text: str) -> str:
